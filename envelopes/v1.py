@@ -1,0 +1,409 @@
+"""Version 1 of the envelope: the models, the error codes and the bounds.
+
+These pydantic models are the single source of the contract. The JSON Schema files in
+`envelopes/schemas/1.0/` are generated from them by `scripts/gen-schemas` and a test
+keeps the two identical.
+
+Two directions, two rules:
+- what the runner sends a worker (ToolCallRequest, DescribeRequest) follows must-ignore:
+  unknown fields are ignored, so a later 1.x can add optional fields;
+- what a worker sends back (ToolCallResult, DescribeResult) is closed and bounded:
+  unknown fields, unbounded strings and unexpected types are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
+
+from envelopes.wire import MAX_SAFE_INTEGER
+
+VERSION = "1.0"
+MAJOR = 1
+SUPPORTED_VERSIONS: tuple[str, ...] = ("1.0",)
+SCHEMA_BASE_ID = "https://agents-runner.dev/schemas/envelope"
+
+# --- bounds --------------------------------------------------------------------------
+
+#: Largest result a caller may ask for (`limits.max_result_bytes`).
+MAX_RESULT_BYTES_CEILING = 64 * 1024 * 1024
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
+#: Largest request envelope a runner will send or a worker should accept.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+#: Longest string anywhere inside an envelope (content is further capped by bytes).
+MAX_STRING = MAX_RESULT_BYTES_CEILING
+MAX_MESSAGE = 64 * 1024
+MAX_ITEMS = 100_000
+MAX_PROPERTIES = 10_000
+MAX_KEY = 1024
+MAX_PARTS = 256
+MAX_TOOLS = 256
+
+# Identifiers: ASCII only and anchored, so Python `re` and ECMA-262 agree on them.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
+VERSION_PATTERN = r"^[0-9]{1,4}\.[0-9]{1,4}$"
+EXTENSION_KEY_PATTERN = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+MIME_PATTERN = r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}$"
+BASE64_PATTERN = r"^[A-Za-z0-9+/]*={0,2}$"
+FILENAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_. -]{0,254}$"
+
+# --- error codes ---------------------------------------------------------------------
+
+#: Codes a worker may send.
+WORKER_ERROR_CODES = (
+    "UNSUPPORTED_VERSION",
+    "INVALID_REQUEST",
+    "UNKNOWN_TOOL",
+    "INVALID_ARGUMENTS",
+    "PERMISSION_DENIED",
+    "TOOL_FAILED",
+    "LIMIT_EXCEEDED",
+    "DEADLINE_EXCEEDED",
+    "UNAVAILABLE",
+    "INTERNAL",
+)
+#: Codes only the runner produces; a worker that sends one gets MALFORMED_OUTPUT.
+RUNNER_ERROR_CODES = (
+    "WORKER_START_FAILED",
+    "WORKER_TIMEOUT",
+    "WORKER_CRASHED",
+    "WORKER_OOM",
+    "MALFORMED_OUTPUT",
+    "OUTPUT_TOO_LARGE",
+    "CANCELLED",
+)
+ERROR_CODES = WORKER_ERROR_CODES + RUNNER_ERROR_CODES
+#: Whether a retry of the same request can help, for the codes the runner synthesizes
+#: (workers set `retryable` themselves). A timeout or a crash may be transient; a memory
+#: or output overflow, bad output or a cancellation will happen again.
+RUNNER_CODE_RETRYABLE = {
+    "WORKER_START_FAILED": False,
+    "WORKER_TIMEOUT": True,
+    "WORKER_CRASHED": True,
+    "WORKER_OOM": False,
+    "MALFORMED_OUTPUT": False,
+    "OUTPUT_TOO_LARGE": False,
+    "CANCELLED": False,
+}
+
+ErrorCode = Literal[
+    "UNSUPPORTED_VERSION",
+    "INVALID_REQUEST",
+    "UNKNOWN_TOOL",
+    "INVALID_ARGUMENTS",
+    "PERMISSION_DENIED",
+    "TOOL_FAILED",
+    "LIMIT_EXCEEDED",
+    "DEADLINE_EXCEEDED",
+    "UNAVAILABLE",
+    "INTERNAL",
+    "WORKER_START_FAILED",
+    "WORKER_TIMEOUT",
+    "WORKER_CRASHED",
+    "WORKER_OOM",
+    "MALFORMED_OUTPUT",
+    "OUTPUT_TOO_LARGE",
+    "CANCELLED",
+]
+Effects = Literal["none", "contained", "external"]
+
+
+# --- bounded JSON values -------------------------------------------------------------
+
+#: Stands for `{"$ref": "#/$defs/JsonValue"}` until envelopes.schema adds the definition
+#: (pydantic refuses references to definitions it did not make itself).
+JSON_VALUE_MARKER = "x-agents-runner-json-value"
+_JSON_VALUE_SCHEMA: dict[str, Any] = {JSON_VALUE_MARKER: True}
+JSON_VALUE_DEF: dict[str, Any] = {
+    "description": "Any JSON value, with every string, array and object bounded.",
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+        {"type": "number"},
+        {"type": "string", "maxLength": MAX_STRING},
+        {"type": "array", "maxItems": MAX_ITEMS, "items": _JSON_VALUE_SCHEMA},
+        {
+            "type": "object",
+            "maxProperties": MAX_PROPERTIES,
+            "propertyNames": {"maxLength": MAX_KEY},
+            "additionalProperties": _JSON_VALUE_SCHEMA,
+        },
+    ],
+}
+
+
+def _check_json_bounds(value: Any) -> Any:
+    """Enforce in Python exactly the bounds JSON_VALUE_DEF states in the schema."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if len(node) > MAX_STRING:
+                raise ValueError(f"string longer than {MAX_STRING} characters")
+        elif isinstance(node, list):
+            if len(node) > MAX_ITEMS:
+                raise ValueError(f"array with more than {MAX_ITEMS} items")
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if len(node) > MAX_PROPERTIES:
+                raise ValueError(f"object with more than {MAX_PROPERTIES} properties")
+            for key in node:
+                if not isinstance(key, str) or len(key) > MAX_KEY:
+                    raise ValueError(f"object key longer than {MAX_KEY} characters")
+            stack.extend(node.values())
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, int):
+            if abs(node) > MAX_SAFE_INTEGER:
+                raise ValueError("integer outside +-(2^53-1)")
+        elif not isinstance(node, float):
+            raise ValueError(f"{type(node).__name__} is not a JSON value")
+    return value
+
+
+JsonValue = Annotated[Any, AfterValidator(_check_json_bounds), WithJsonSchema(_JSON_VALUE_SCHEMA)]
+JsonObject = Annotated[
+    dict[str, Any],
+    AfterValidator(_check_json_bounds),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_PROPERTIES,
+            "propertyNames": {"maxLength": MAX_KEY},
+            "additionalProperties": _JSON_VALUE_SCHEMA,
+        }
+    ),
+]
+
+Id = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
+ToolName = Annotated[str, Field(pattern=TOOL_NAME_PATTERN, max_length=64)]
+Version = Annotated[str, Field(pattern=VERSION_PATTERN, max_length=9)]
+SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+
+
+# --- base classes --------------------------------------------------------------------
+
+
+class _Envelope(BaseModel):
+    """Shared behaviour: optional fields left unset are omitted on the wire."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_optionals(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        for name, field in type(self).model_fields.items():
+            if not field.is_required() and field.default is None and data.get(name) is None:
+                data.pop(name, None)
+        return data
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict that goes on the wire."""
+        return self.model_dump(mode="json")
+
+
+class Inbound(_Envelope):
+    """Sent to a worker: unknown fields are ignored (must-ignore), values are strict."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+class Outbound(_Envelope):
+    """Sent back by a worker: closed, strict and bounded."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --- request -------------------------------------------------------------------------
+
+
+class ToolRef(Inbound):
+    name: ToolName
+
+
+class RequestLimits(Inbound):
+    max_result_bytes: Annotated[int, Field(ge=1, le=MAX_RESULT_BYTES_CEILING)] = Field(
+        description="Largest result document, in bytes of UTF-8, the runner will read."
+    )
+
+
+class CallContext(Inbound):
+    """Where the call comes from; lets a worker with external effects deduplicate."""
+
+    session_id: Annotated[str, Field(max_length=128)] | None = None
+    call_id: Annotated[str, Field(max_length=128)] | None = None
+    attempt: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    idempotency_key: Annotated[str, Field(max_length=256)] | None = None
+
+
+class ToolCallRequest(Inbound):
+    kind: Literal["ToolCallRequest"] = "ToolCallRequest"
+    version: Version = VERSION
+    id: Id = Field(description="Call identifier (the continuation token); echoed in the result.")
+    tool: ToolRef
+    arguments: JsonObject
+    deadline_ms: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)] = Field(
+        description="Absolute deadline, milliseconds since the Unix epoch."
+    )
+    limits: RequestLimits
+    context: CallContext | None = None
+    extensions: (
+        Annotated[
+            dict[Annotated[str, Field(pattern=EXTENSION_KEY_PATTERN)], JsonValue],
+            Field(max_length=64),
+        ]
+        | None
+    ) = Field(default=None, description="Namespaced keys (`vendor/key`); ignored when unknown.")
+
+
+class DescribeRequest(Inbound):
+    kind: Literal["DescribeRequest"] = "DescribeRequest"
+    version: Version = VERSION
+
+
+# --- result --------------------------------------------------------------------------
+
+
+class TextOutput(Outbound):
+    type: Literal["text"] = "text"
+    content: Annotated[str, Field(max_length=MAX_STRING)]
+
+
+class JsonOutput(Outbound):
+    type: Literal["json"] = "json"
+    content: JsonValue
+
+
+class MediaOutput(Outbound):
+    type: Literal["media"] = "media"
+    mime_type: Annotated[str, Field(pattern=MIME_PATTERN, max_length=193)]
+    base64_data: Annotated[str, Field(pattern=BASE64_PATTERN, max_length=MAX_STRING)]
+    filename: Annotated[str, Field(pattern=FILENAME_PATTERN, max_length=255)] | None = None
+
+
+class MixedOutput(Outbound):
+    type: Literal["mixed"] = "mixed"
+    parts: Annotated[list[Output], Field(max_length=MAX_PARTS)]
+
+
+Output = Annotated[TextOutput | JsonOutput | MediaOutput | MixedOutput, Field(discriminator="type")]
+MixedOutput.model_rebuild()
+
+
+class ErrorInfo(Outbound):
+    code: ErrorCode
+    message: Annotated[str, Field(max_length=MAX_MESSAGE)]
+    retryable: bool
+
+
+def _result_schema_extra(schema: dict[str, Any]) -> None:
+    # `output` and `error` are each present for exactly one status, never null.
+    props = schema["properties"]
+    for name in ("output", "error"):
+        props[name] = next(s for s in props[name]["anyOf"] if s.get("type") != "null")
+    schema["oneOf"] = [
+        {
+            "properties": {"status": {"const": "ok"}},
+            "required": ["output"],
+            "not": {"required": ["error"]},
+        },
+        {
+            "properties": {"status": {"const": "error"}},
+            "required": ["error"],
+            "not": {"required": ["output"]},
+        },
+    ]
+
+
+class ToolCallResult(Outbound):
+    model_config = ConfigDict(json_schema_extra=_result_schema_extra)
+
+    kind: Literal["ToolCallResult"] = "ToolCallResult"
+    version: Version = VERSION
+    id: Id
+    status: Literal["ok", "error"]
+    output: Output | None = None
+    error: ErrorInfo | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _output_xor_error(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            status = data.get("status")
+            wanted, unwanted = ("output", "error") if status == "ok" else ("error", "output")
+            if status in ("ok", "error"):
+                if data.get(wanted) is None:
+                    raise ValueError(f"status {status!r} needs a non-null {wanted!r}")
+                if unwanted in data:
+                    raise ValueError(f"status {status!r} must not carry {unwanted!r}")
+        return data
+
+    @classmethod
+    def ok(
+        cls,
+        id: str,
+        output: TextOutput | JsonOutput | MediaOutput | MixedOutput,
+        version: str = VERSION,
+    ) -> ToolCallResult:
+        return cls(id=id, version=version, status="ok", output=output)
+
+    @classmethod
+    def fail(
+        cls, id: str, code: str, message: str, retryable: bool = False, version: str = VERSION
+    ) -> ToolCallResult:
+        error = ErrorInfo(code=code, message=message[:MAX_MESSAGE], retryable=retryable)  # type: ignore[arg-type]
+        return cls(id=id, version=version, status="error", error=error)
+
+
+# --- describe ------------------------------------------------------------------------
+
+
+class WorkerInfo(Outbound):
+    name: Annotated[str, Field(pattern=TOOL_NAME_PATTERN, max_length=64)]
+    version: Annotated[
+        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$")
+    ]
+
+
+class ToolDescription(Outbound):
+    name: ToolName
+    description: Annotated[str, Field(max_length=4096)]
+    input_schema: JsonObject
+    effects: Effects = Field(
+        description="none: pure; contained: effects stay in the sandbox; external: reaches"
+        " the outside world (never re-run when its outcome is unknown)."
+    )
+
+
+class DescribeResult(Outbound):
+    kind: Literal["DescribeResult"] = "DescribeResult"
+    version: Version = VERSION
+    worker: WorkerInfo
+    supported_versions: Annotated[list[Version], Field(min_length=1, max_length=16)]
+    tools: Annotated[list[ToolDescription], Field(max_length=MAX_TOOLS)]
+
+
+#: Every model with a published schema, by file name stem.
+SCHEMA_MODELS: dict[str, type[_Envelope]] = {
+    "tool-call-request": ToolCallRequest,
+    "tool-call-result": ToolCallResult,
+    "describe-request": DescribeRequest,
+    "describe-result": DescribeResult,
+}
+
+
+def major_of(version: str) -> int | None:
+    """The major number of a `major.minor` string, or None when it is not one."""
+    head, dot, tail = version.partition(".")
+    if dot and head.isdigit() and tail.isdigit() and len(head) <= 4 and len(tail) <= 4:
+        return int(head)
+    return None
