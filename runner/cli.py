@@ -1,0 +1,247 @@
+"""The `agents-runner` command.
+
+Bad input gets one line on stderr saying what was wrong and where, and a non-zero exit:
+2 for a usage or input error, 1 when the call itself ended in an error envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import anyio
+import typer
+from pydantic import ValidationError
+
+from envelopes import codec, wire
+from envelopes.v1 import MAX_REQUEST_BYTES, ToolCallRequest
+from runner.isolation import (
+    ContainerLimits,
+    DockerRunner,
+    LocalProcessRunner,
+    ProcessLimits,
+    Runner,
+)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Run tool calls in isolated workers through the v1 JSON envelope.",
+)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"agents-runner: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def parse_size(text: str, option: str) -> int:
+    """`512m`, `1g`, `65536` -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        fail(f"{option}: {text!r} is not a size (examples: 65536, 512k, 256m, 1g)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            fail(f"--env: expected NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+RunnerKind = Annotated[str, typer.Option("--runner", help="local or docker")]
+Image = Annotated[str | None, typer.Option("--image", help="image for --runner docker")]
+Argv = Annotated[list[str] | None, typer.Argument(help="worker argv for --runner local")]
+Memory = Annotated[str | None, typer.Option("--memory", help="memory limit, e.g. 512m")]
+Cpus = Annotated[float | None, typer.Option("--cpus", help="CPU quota, e.g. 1.5")]
+Pids = Annotated[int | None, typer.Option("--pids", help="max processes in the container")]
+Network = Annotated[
+    str | None, typer.Option("--network", help="Docker network to join (default: none)")
+]
+Tmpfs = Annotated[str | None, typer.Option("--tmpfs-size", help="size of /tmp, e.g. 64m")]
+User = Annotated[str | None, typer.Option("--user", help="uid:gid in the container")]
+Env = Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE for the worker")]
+EnvAllow = Annotated[
+    list[str] | None, typer.Option("--env-allow", help="pass this variable through (local)")
+]
+
+
+def build_runner(
+    runner: str,
+    image: str | None,
+    argv: list[str] | None,
+    *,
+    memory: str | None = None,
+    cpus: float | None = None,
+    pids: int | None = None,
+    network: str | None = None,
+    tmpfs: str | None = None,
+    user: str | None = None,
+    env: list[str] | None = None,
+    env_allow: list[str] | None = None,
+) -> Runner:
+    variables = parse_env(env or [])
+    if runner == "local":
+        if image:
+            fail("--image is for --runner docker; give the worker's argv after --")
+        if not argv:
+            fail("--runner local needs the worker's argv after --, e.g. -- python3 worker.py")
+        docker_only = {"--cpus": cpus, "--pids": pids, "--network": network,
+                       "--tmpfs-size": tmpfs, "--user": user}  # fmt: skip
+        for option, value in docker_only.items():
+            if value is not None:
+                fail(f"{option} applies to --runner docker only")
+        limits = ProcessLimits()
+        if memory is not None:
+            limits = ProcessLimits(address_space_bytes=parse_size(memory, "--memory"))
+        return LocalProcessRunner(argv, limits, env_allow=env_allow or [], env=variables)
+    if runner == "docker":
+        if not image:
+            fail("--runner docker needs --image IMAGE")
+        if argv:
+            fail("--runner docker takes no argv; the image's entrypoint is the worker")
+        if env_allow:
+            fail("--env-allow applies to --runner local only; use --env NAME=VALUE")
+        overrides: dict[str, object] = {"env": variables}
+        if memory is not None:
+            overrides["memory_bytes"] = parse_size(memory, "--memory")
+        if tmpfs is not None:
+            overrides["tmpfs_bytes"] = parse_size(tmpfs, "--tmpfs-size")
+        for name, value in (("cpus", cpus), ("pids", pids), ("network", network), ("user", user)):
+            if value is not None:
+                overrides[name] = value
+        try:
+            limits = ContainerLimits(**overrides)  # type: ignore[arg-type]
+        except ValueError as exc:
+            fail(str(exc))
+        return DockerRunner(image, limits)
+    fail(f"--runner: expected 'local' or 'docker', got {runner!r}")
+
+
+def read_request(
+    path: Path | None, timeout: float | None, max_result: str | None
+) -> ToolCallRequest:
+    where = str(path) if path else "stdin"
+    try:
+        data = path.read_bytes() if path else sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+    except OSError as exc:
+        fail(f"--request: cannot read {where}: {exc.strerror}")
+    try:
+        request = codec.decode_request(data)
+    except codec.RequestError as exc:
+        fail(f"request on {where}: {exc.message}")
+    if not isinstance(request, ToolCallRequest):
+        fail(f"request on {where}: expected a ToolCallRequest (use `describe` for DescribeRequest)")
+    if timeout is None and max_result is None:
+        return request
+    doc = request.to_wire()
+    if timeout is not None:
+        if timeout <= 0:
+            fail(f"--timeout must be positive, got {timeout}")
+        doc["deadline_ms"] = int((time.time() + timeout) * 1000)
+    if max_result is not None:
+        doc["limits"]["max_result_bytes"] = parse_size(max_result, "--max-result-bytes")
+    try:
+        return ToolCallRequest.model_validate(doc)
+    except ValidationError as exc:
+        fail(f"request after overrides: {codec.describe_validation_error(exc)}")
+
+
+@app.command()
+def isolate(
+    runner: RunnerKind,
+    argv: Argv = None,
+    image: Image = None,
+    request: Annotated[
+        Path | None, typer.Option("--request", help="read the request from FILE, not stdin")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="seconds from now; replaces deadline_ms")
+    ] = None,
+    max_result_bytes: Annotated[
+        str | None, typer.Option("--max-result-bytes", help="replaces limits.max_result_bytes")
+    ] = None,
+    memory: Memory = None,
+    cpus: Cpus = None,
+    pids: Pids = None,
+    network: Network = None,
+    tmpfs_size: Tmpfs = None,
+    user: User = None,
+    env: Env = None,
+    env_allow: EnvAllow = None,
+    full: Annotated[
+        bool, typer.Option("--json", help="print the full typed outcome, not just the result")
+    ] = False,
+) -> None:
+    """Run one ToolCallRequest (stdin or --request) and print its result envelope.
+
+    Exit status: 0 for an ok result, 1 for an error result, 2 for bad input.
+    """
+    chosen = build_runner(runner, image, argv, memory=memory, cpus=cpus, pids=pids,
+                          network=network, tmpfs=tmpfs_size, user=user, env=env,
+                          env_allow=env_allow)  # fmt: skip
+    call = read_request(request, timeout, max_result_bytes)
+    outcome = anyio.run(chosen.call, call)
+    document = outcome.to_dict() if full else outcome.result.to_wire()
+    typer.echo(json.dumps(document, ensure_ascii=False))
+    raise typer.Exit(0 if outcome.ok else 1)
+
+
+@app.command()
+def describe(
+    runner: RunnerKind,
+    argv: Argv = None,
+    image: Image = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds")] = 30.0,
+    env: Env = None,
+    env_allow: EnvAllow = None,
+) -> None:
+    """Send a DescribeRequest to a worker and print its DescribeResult."""
+    chosen = build_runner(runner, image, argv, env=env, env_allow=env_allow)
+    outcome = anyio.run(chosen.describe, timeout)
+    if outcome.describe is None:
+        tail = outcome.exchange.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+        hint = f" (worker stderr: {tail[-1][:200]})" if tail else ""
+        fail(f"describe failed: {outcome.error_code}: {outcome.message}{hint}", code=1)
+    typer.echo(wire.dumps(outcome.describe.to_wire()).decode())
+
+
+@app.command()
+def sweep(
+    everything: Annotated[
+        bool, typer.Option("--all", help="remove every labelled container, whoever owns it")
+    ] = False,
+) -> None:
+    """Remove containers of this project whose owning runner process is gone."""
+    import docker
+
+    from runner.isolation import containers
+
+    try:
+        api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        report = containers.sweep(api, everything=everything)
+    except docker.errors.DockerException as exc:
+        fail(f"cannot reach the Docker engine: {exc}", code=1)
+    typer.echo(f"removed {len(report.removed)} container(s), kept {len(report.kept)}")
+    for name in report.removed:
+        typer.echo(f"  removed {name}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

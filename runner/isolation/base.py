@@ -1,0 +1,65 @@
+"""The Runner protocol: the one boundary between the session engine and isolation.
+
+A runner receives a validated ToolCallRequest and returns a CallOutcome, always: whatever
+the worker does (crash, hang, flood, lie), the answer is a typed outcome whose result
+envelope carries the runner's own code. It raises only for the caller's own faults
+(cancellation of the calling task propagates after the worker is cleaned up).
+A runner knows nothing of sessions, policies or stores.
+
+Runners are built on `exchange()`: write one payload to a fresh worker, read what comes
+back under caps and a deadline, clean up. `call()` and `describe()` are shared on top.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Protocol, runtime_checkable
+
+from envelopes import codec
+from envelopes.v1 import DescribeRequest, ToolCallRequest
+from runner.isolation.outcome import CallOutcome, DescribeOutcome, Exchange, call_outcome
+from runner.isolation.outcome import describe_outcome as _describe_outcome
+
+#: Cap on a DescribeResult document.
+DESCRIBE_MAX_BYTES = 1024 * 1024
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """Runs one ToolCallRequest in a fresh worker and returns its typed outcome."""
+
+    async def call(self, request: ToolCallRequest) -> CallOutcome: ...
+
+    async def describe(self, timeout_s: float = 30.0) -> DescribeOutcome: ...
+
+
+class ExchangeRunner(ABC):
+    """Shared `call`/`describe` for runners that implement `exchange`."""
+
+    @abstractmethod
+    async def exchange(
+        self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
+    ) -> Exchange:
+        """Start a fresh worker, write `payload` to its stdin and close it, read stdout
+        (at most `stdout_cap` bytes) and stderr until the worker ends or `deadline_ms`
+        (epoch ms) passes, and leave nothing behind. `call_label` names the call in
+        logs and labels."""
+
+    async def call(self, request: ToolCallRequest) -> CallOutcome:
+        exchanged = await self.exchange(
+            codec.encode(request), request.deadline_ms, request.limits.max_result_bytes, request.id
+        )
+        return call_outcome(request, exchanged)
+
+    async def describe(self, timeout_s: float = 30.0) -> DescribeOutcome:
+        deadline_ms = int((time.time() + timeout_s) * 1000)
+        exchanged = await self.exchange(
+            codec.encode(DescribeRequest()), deadline_ms, DESCRIBE_MAX_BYTES, "describe"
+        )
+        return _describe_outcome(exchanged, DESCRIBE_MAX_BYTES)
+
+
+def seconds_until(deadline_ms: int) -> float:
+    """Seconds left before an absolute epoch-ms deadline (negative when past)."""
+    return deadline_ms / 1000.0 - time.time()

@@ -1,0 +1,326 @@
+"""DockerRunner: one fresh, hardened container per call, removed whatever happens.
+
+Lifecycle of one call, top to bottom:
+  create (hardened host config, labels naming the call and its owner) -> attach to
+  stdin/stdout/stderr -> start -> write the request and half-close stdin -> read the
+  multiplexed stream with caps until EOF or the deadline -> on deadline or cap, kill ->
+  wait for the exit status, read the OOM flag -> remove (shielded from cancellation).
+
+The host owns the deadline: it kills and removes the container itself; killing a client
+would leave the container running (moby #35647).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import docker
+import docker.errors
+from docker.types import LogConfig, Ulimit
+
+from runner.isolation.base import ExchangeRunner, seconds_until
+from runner.isolation.containers import labels_for, sweep
+from runner.isolation.outcome import Exchange, TailBuffer
+
+MiB = 1024 * 1024
+_FRAME_HEADER = 8
+_STDOUT, _STDERR = 1, 2
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    """The sandbox of one call. Every default is the safe one; raising a limit or
+    opening a hole (network, root) takes an explicit setting, and the engine must
+    apply every setting: a create that comes back with warnings is refused."""
+
+    memory_bytes: int = 512 * MiB  # swap is set equal: no swap beyond memory
+    cpus: float = 1.0
+    pids: int = 128
+    tmpfs_bytes: int = 64 * MiB  # /tmp, the only writable place
+    shm_bytes: int = 16 * MiB
+    open_files: int = 256
+    file_size_bytes: int = 64 * MiB
+    network: str = "none"  # the name of a Docker network to join instead of none
+    user: str = "10001:10001"
+    read_only_root: bool = True
+    max_stderr_bytes: int = 8 * MiB
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        positive = ("memory_bytes", "pids", "tmpfs_bytes", "shm_bytes", "open_files",
+                    "file_size_bytes", "max_stderr_bytes")  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ContainerLimits.{name} must be positive")
+        if self.memory_bytes < 6 * MiB:
+            raise ValueError("ContainerLimits.memory_bytes must be at least 6 MiB (Docker's floor)")
+        if not 0 < self.cpus <= 256:
+            raise ValueError(f"ContainerLimits.cpus must be in (0, 256], got {self.cpus}")
+        if not self.network:
+            raise ValueError("ContainerLimits.network must name a network ('none' for none)")
+
+    def host_config(self, api: docker.APIClient) -> dict[str, Any]:
+        return api.create_host_config(
+            network_mode=self.network,
+            read_only=self.read_only_root,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_bytes},mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=self.memory_bytes,
+            memswap_limit=self.memory_bytes,
+            nano_cpus=int(self.cpus * 1e9),
+            pids_limit=self.pids,
+            shm_size=self.shm_bytes,
+            ulimits=[
+                Ulimit(name="nofile", soft=self.open_files, hard=self.open_files),
+                Ulimit(name="fsize", soft=self.file_size_bytes, hard=self.file_size_bytes),
+                Ulimit(name="core", soft=0, hard=0),
+            ],
+            init=True,
+            ipc_mode="private",
+            log_config=LogConfig(type="none"),
+            privileged=False,
+        )
+
+
+_SWEPT = False
+
+
+class DockerRunner(ExchangeRunner):
+    def __init__(
+        self,
+        image: str,
+        limits: ContainerLimits | None = None,
+        *,
+        command: list[str] | None = None,
+        api: docker.APIClient | None = None,
+    ) -> None:
+        self.image = image
+        self.limits = limits or ContainerLimits()
+        self.command = command
+        self._api = api
+
+    def api(self) -> docker.APIClient:
+        if self._api is None:
+            # DOCKER_HOST and friends are honoured, as by the docker CLI.
+            self._api = docker.APIClient(
+                version="auto", max_pool_size=64, **docker.utils.kwargs_from_env()
+            )
+        return self._api
+
+    async def exchange(
+        self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
+    ) -> Exchange:
+        ex = Exchange(runner_info={"runner": "docker", "image": self.image})
+        started = time.monotonic()
+        if seconds_until(deadline_ms) <= 0:
+            ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
+            return ex
+        container_id: str | None = None
+        try:
+            try:
+                await _sweep_once(self)
+                container_id, sock = await anyio.to_thread.run_sync(
+                    self._create_and_start, call_label
+                )
+            except StartFailed as exc:
+                ex.intervention, ex.detail = "start_failed", str(exc)
+                return ex
+            ex.runner_info["container"] = container_id[:12]
+            stream = await anyio.to_thread.run_sync(
+                _pump,
+                sock,
+                payload,
+                deadline_ms,
+                stdout_cap,
+                self.limits.max_stderr_bytes,
+                abandon_on_cancel=True,
+            )
+            await anyio.to_thread.run_sync(self._finish, container_id, stream, ex)
+        finally:
+            if container_id is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._remove, container_id)
+            ex.duration_ms = (time.monotonic() - started) * 1000
+        return ex
+
+    # --- steps, each run in a worker thread (the docker SDK blocks) -------------------
+
+    def _create_and_start(self, call_label: str) -> tuple[str, socket.socket]:
+        api = self.api()
+        try:
+            created = api.create_container(
+                self.image,
+                command=self.command,
+                stdin_open=True,  # with detach=False the SDK also sets StdinOnce: EOF works
+                user=self.limits.user,
+                environment=dict(self.limits.env),
+                working_dir="/tmp",
+                hostname="sandbox",
+                network_disabled=self.limits.network == "none",
+                labels=labels_for(call_label),
+                host_config=self.limits.host_config(api),
+            )
+        except docker.errors.ImageNotFound:
+            raise StartFailed(
+                f"image {self.image!r} is not on this engine (build it: scripts/build-images)"
+            ) from None
+        except docker.errors.APIError as exc:
+            raise StartFailed(
+                f"the engine refused to create the container: {exc.explanation}"
+            ) from None
+        except (docker.errors.DockerException, OSError) as exc:
+            raise StartFailed(f"cannot reach the Docker engine: {exc}") from None
+        container_id = created["Id"]
+        try:
+            if created.get("Warnings"):
+                raise StartFailed(
+                    "the engine would not apply every limit: " + "; ".join(created["Warnings"])
+                )
+            attached = api.attach_socket(
+                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            api.start(container_id)
+        except BaseException as exc:
+            self._remove(container_id)
+            if isinstance(exc, docker.errors.APIError):
+                raise StartFailed(f"the container did not start: {exc.explanation}") from None
+            raise
+        return container_id, attached._sock
+
+    def _finish(self, container_id: str, stream: _Stream, ex: Exchange) -> None:
+        api = self.api()
+        if stream.intervention is not None or not stream.eof:
+            with contextlib.suppress(docker.errors.APIError):
+                api.kill(container_id)
+        status = api.wait(container_id, timeout=30)["StatusCode"]
+        state = api.inspect_container(container_id)["State"]
+        ex.stdout, ex.stdout_bytes, ex.stdout_truncated = (
+            bytes(stream.stdout), stream.stdout_bytes, stream.stdout_truncated
+        )  # fmt: skip
+        ex.stderr_tail, ex.stderr_bytes = stream.stderr.tail(), stream.stderr.total
+        ex.stderr_truncated = stream.stderr_truncated or stream.stderr.total > len(ex.stderr_tail)
+        if status > 128 and status <= 128 + 64:  # the init reports a signal as 128 + n
+            ex.signal = status - 128
+        else:
+            ex.exit_code = status
+        if state.get("OOMKilled"):
+            ex.intervention = "oom"
+            ex.detail = f"the container hit its memory limit of {self.limits.memory_bytes} bytes"
+        elif stream.intervention is not None:
+            ex.intervention, ex.detail = stream.intervention, stream.detail  # type: ignore[assignment]
+
+    def _remove(self, container_id: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self.api().remove_container(container_id, force=True)
+
+
+class StartFailed(Exception):
+    pass
+
+
+async def _sweep_once(runner: DockerRunner) -> None:
+    """Remove containers left by dead runners, once per process, before the first call."""
+    global _SWEPT
+    if not _SWEPT:
+        _SWEPT = True
+        await anyio.to_thread.run_sync(sweep, runner.api())
+
+
+@dataclass
+class _Stream:
+    stdout: bytearray = field(default_factory=bytearray)
+    stdout_bytes: int = 0
+    stdout_truncated: bool = False
+    stderr: TailBuffer = field(default_factory=TailBuffer)
+    stderr_truncated: bool = False
+    intervention: str | None = None
+    detail: str = ""
+    eof: bool = False  # the worker's streams ended on their own
+
+
+def _pump(
+    sock: socket.socket, payload: bytes, deadline_ms: int, stdout_cap: int, stderr_cap: int
+) -> _Stream:
+    """Write the request, half-close, and demultiplex the reply until EOF, a cap or the
+    deadline. One thread, non-blocking: a worker that never reads stdin cannot block
+    the reading of its output."""
+    stream = _Stream()
+    pending = memoryview(payload)
+    buffer = bytearray()
+    sock.setblocking(False)
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0))
+        if not pending:
+            sock.shutdown(socket.SHUT_WR)
+        try:
+            while True:
+                remaining = seconds_until(deadline_ms)
+                if remaining <= 0:
+                    stream.intervention = "timeout"
+                    stream.detail = "the deadline passed; the container was killed"
+                    break
+                for _, events in selector.select(timeout=remaining):
+                    if events & selectors.EVENT_WRITE and pending:
+                        try:
+                            pending = pending[sock.send(pending) :]
+                        except BlockingIOError:
+                            pass
+                        except OSError:  # the worker closed its stdin early: fine
+                            pending = pending[len(pending) :]
+                        if not pending:
+                            with contextlib.suppress(OSError):
+                                sock.shutdown(socket.SHUT_WR)
+                            selector.modify(sock, selectors.EVENT_READ)
+                    if events & selectors.EVENT_READ:
+                        try:
+                            chunk = sock.recv(256 * 1024)
+                        except BlockingIOError:
+                            continue
+                        if not chunk:
+                            stream.eof = True
+                            return stream
+                        buffer += chunk
+                        _demux(buffer, stream, stdout_cap, stderr_cap)
+                        if stream.intervention is not None:
+                            return stream
+        except OSError as exc:  # the container was removed under us (cancellation)
+            stream.detail = f"stream closed: {exc}"
+        finally:
+            sock.close()
+    return stream
+
+
+def _demux(buffer: bytearray, stream: _Stream, stdout_cap: int, stderr_cap: int) -> None:
+    """Consume complete frames (8-byte header: stream, 0, 0, 0, big-endian length)."""
+    while len(buffer) >= _FRAME_HEADER:
+        length = int.from_bytes(buffer[4:8], "big")
+        if len(buffer) < _FRAME_HEADER + length:
+            return
+        kind = buffer[0]
+        data = bytes(buffer[_FRAME_HEADER : _FRAME_HEADER + length])
+        del buffer[: _FRAME_HEADER + length]
+        if kind == _STDOUT:
+            stream.stdout_bytes += len(data)
+            room = stdout_cap - len(stream.stdout)
+            stream.stdout += data[:room]
+            if len(data) > room:
+                stream.stdout_truncated = True
+                stream.intervention = "stdout_too_large"
+                stream.detail = f"stdout passed max_result_bytes={stdout_cap}"
+                return
+        elif kind == _STDERR:
+            stream.stderr.write(data)
+            if stream.stderr.total > stderr_cap:
+                stream.stderr_truncated = True
+                stream.intervention = "stderr_too_large"
+                stream.detail = f"stderr passed the runner's cap of {stderr_cap} bytes"
+                return

@@ -1,0 +1,272 @@
+"""LocalProcessRunner: one fresh process per call, for workers you trust.
+
+The process gets its own process group and session, an environment built from an
+allow-list, a fresh temporary working directory (removed afterwards) and rlimits. It is
+NOT a sandbox: the worker runs as this user, sees this filesystem and this network.
+Use DockerRunner for untrusted code.
+
+Lifecycle of one call, top to bottom:
+  start (no shell) -> write the request and close stdin -> drain stdout/stderr with caps
+  while waiting for exit or the deadline -> on exit, SIGKILL what is left of the group
+  (daemons and grandchildren holding the pipes) -> on deadline, SIGTERM the group, grace,
+  SIGKILL -> reap, close, remove the working directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from runner.isolation.base import ExchangeRunner, seconds_until
+from runner.isolation.outcome import Exchange, TailBuffer
+
+MiB = 1024 * 1024
+#: Variables passed through from the runner's environment when the caller names no others.
+DEFAULT_ENV_ALLOW = ("PATH", "LANG", "TZ")
+FALLBACK_PATH = "/usr/local/bin:/usr/bin:/bin"
+_READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessLimits:
+    """Limits of a local worker process. None means unlimited for that rlimit."""
+
+    address_space_bytes: int | None = 4096 * MiB
+    file_size_bytes: int | None = 64 * MiB
+    open_files: int = 256
+    max_stderr_bytes: int = 8 * MiB
+    #: Between SIGTERM and SIGKILL when the deadline passes.
+    term_grace_s: float = 1.0
+    #: After the worker exits, how long its pipes may stay open before we stop reading.
+    drain_grace_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        for name in ("address_space_bytes", "file_size_bytes"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"ProcessLimits.{name} must be positive or None, got {value}")
+        if self.open_files < 16:
+            raise ValueError(f"ProcessLimits.open_files must be at least 16, got {self.open_files}")
+        if self.max_stderr_bytes <= 0:
+            raise ValueError("ProcessLimits.max_stderr_bytes must be positive")
+
+
+@dataclass(frozen=True)
+class LocalProcessRunner(ExchangeRunner):
+    argv: Sequence[str]
+    limits: ProcessLimits = field(default_factory=ProcessLimits)
+    #: Names of variables copied from the runner's environment (in addition to the default).
+    env_allow: Sequence[str] = ()
+    #: Variables set explicitly for the worker.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.argv or not all(isinstance(a, str) and a for a in self.argv):
+            raise ValueError("LocalProcessRunner needs a non-empty argv of non-empty strings")
+
+    def command(self) -> list[str]:
+        """argv with a relative program path made absolute: the worker starts in a fresh
+        directory, where `./worker` or `.venv/bin/python` would not be found."""
+        program, *rest = self.argv
+        if "/" in program and not os.path.isabs(program):
+            program = os.path.abspath(program)
+        return [program, *rest]
+
+    def worker_environment(self, workdir: str) -> dict[str, str]:
+        names = (*DEFAULT_ENV_ALLOW, *self.env_allow)
+        env = {name: os.environ[name] for name in names if name in os.environ}
+        env.setdefault("PATH", FALLBACK_PATH)
+        env["HOME"] = env["TMPDIR"] = workdir
+        env.update(self.env)
+        return env
+
+    def _apply_rlimits(self) -> None:  # runs in the child between fork and exec
+        limits = self.limits
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        if limits.file_size_bytes is not None:
+            size = limits.file_size_bytes
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        if limits.address_space_bytes is not None:
+            space = limits.address_space_bytes
+            resource.setrlimit(resource.RLIMIT_AS, (space, space))
+
+    async def exchange(
+        self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
+    ) -> Exchange:
+        ex = Exchange(runner_info={"runner": "local", "argv": list(self.argv), "call": call_label})
+        started = time.monotonic()
+        if seconds_until(deadline_ms) <= 0:
+            ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
+            return ex
+        workdir = tempfile.mkdtemp(prefix="agents-runner-")
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            try:
+                proc = subprocess.Popen(
+                    self.command(),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=workdir,
+                    env=self.worker_environment(workdir),
+                    start_new_session=True,
+                    preexec_fn=self._apply_rlimits,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                ex.intervention = "start_failed"
+                ex.detail = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
+                return ex
+            ex.runner_info["pid"] = proc.pid
+            await _Supervisor(proc, self.limits, ex).run(payload, deadline_ms, stdout_cap)
+        finally:
+            if proc is not None:
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+                for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                    if pipe is not None:
+                        with contextlib.suppress(OSError):
+                            pipe.close()
+                ex.exit_code, ex.signal = _exit_status(proc.returncode)
+            shutil.rmtree(workdir, ignore_errors=True)
+            ex.duration_ms = (time.monotonic() - started) * 1000
+        return ex
+
+
+def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
+    if returncode is None:
+        return None, None
+    return (returncode, None) if returncode >= 0 else (None, -returncode)
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class _Supervisor:
+    """Feeds, drains and watches one started process until it ends or the deadline."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], limits: ProcessLimits, ex: Exchange) -> None:
+        self.proc = proc
+        self.limits = limits
+        self.ex = ex
+        self.stdout = bytearray()
+        self.stderr = TailBuffer()
+        self.readers_done = 0
+        self.pipes_closed = anyio.Event()
+
+    async def run(self, payload: bytes, deadline_ms: int, stdout_cap: int) -> None:
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            os.set_blocking(pipe.fileno(), False)
+        try:
+            with anyio.move_on_after(max(seconds_until(deadline_ms), 0)) as deadline:
+                async with anyio.create_task_group() as io:
+                    io.start_soon(self._feed, payload)
+                    io.start_soon(self._read_stdout, stdout_cap)
+                    io.start_soon(self._read_stderr)
+                    await self._wait_exit()
+                    # The worker is a zombie now: its group id cannot be reused yet, so
+                    # killing the group reaches only what it left behind.
+                    _kill_group(self.proc.pid, signal.SIGKILL)
+                    with anyio.move_on_after(self.limits.drain_grace_s):
+                        await self.pipes_closed.wait()
+                    io.cancel_scope.cancel()
+            if deadline.cancelled_caught and self.ex.intervention is None:
+                self.ex.intervention = "timeout"
+                self.ex.detail = "the deadline passed; the worker's process group got SIGTERM"
+                await self._terminate()
+        finally:
+            self.ex.stdout = bytes(self.stdout)
+            self.ex.stderr_tail = self.stderr.tail()
+            self.ex.stderr_bytes = self.stderr.total
+            self.ex.stderr_truncated |= self.stderr.total > len(self.ex.stderr_tail)
+
+    async def _wait_exit(self) -> None:
+        try:
+            pidfd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):  # old kernel: poll instead
+            while self.proc.poll() is None:
+                await anyio.sleep(0.005)
+            return
+        try:
+            await anyio.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+
+    async def _terminate(self) -> None:
+        _kill_group(self.proc.pid, signal.SIGTERM)
+        with anyio.move_on_after(self.limits.term_grace_s) as grace:
+            await self._wait_exit()
+        if grace.cancelled_caught:
+            self.ex.detail += f", then SIGKILL after {self.limits.term_grace_s:g}s"
+        _kill_group(self.proc.pid, signal.SIGKILL)
+
+    def _stop(self, intervention: str, detail: str) -> None:
+        if self.ex.intervention is None:
+            self.ex.intervention = intervention  # type: ignore[assignment]
+            self.ex.detail = detail
+        _kill_group(self.proc.pid, signal.SIGKILL)
+
+    async def _feed(self, payload: bytes) -> None:
+        assert self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        view = memoryview(payload)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            while view:
+                await anyio.wait_writable(fd)
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    continue
+        self.proc.stdin.close()  # EOF: the request is complete
+
+    async def _read(self, fd: int) -> bytes:
+        while True:
+            await anyio.wait_readable(fd)
+            try:
+                return os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                continue
+
+    def _reader_finished(self) -> None:
+        self.readers_done += 1
+        if self.readers_done == 2:
+            self.pipes_closed.set()
+
+    async def _read_stdout(self, cap: int) -> None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while chunk := await self._read(fd):
+            self.ex.stdout_bytes += len(chunk)
+            room = cap - len(self.stdout)
+            self.stdout += chunk[:room]
+            if len(chunk) > room:
+                self.ex.stdout_truncated = True
+                self._stop("stdout_too_large", f"stdout passed max_result_bytes={cap}")
+                break
+        self._reader_finished()
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        fd = self.proc.stderr.fileno()
+        cap = self.limits.max_stderr_bytes
+        while chunk := await self._read(fd):
+            self.stderr.write(chunk)
+            if self.stderr.total > cap:
+                self.ex.stderr_truncated = True
+                self._stop("stderr_too_large", f"stderr passed the runner's cap of {cap} bytes")
+                break
+        self._reader_finished()

@@ -1,0 +1,207 @@
+"""What happened to one call, and how it is classified. Shared by every runner.
+
+A runner only moves bytes and watches a process or container: it reports an `Exchange`
+(exit status, the bytes it read with caps, and whether it had to intervene). Turning that
+into a result envelope is the same for every runner, so it lives here once:
+`call_outcome()` for tool calls, `describe_outcome()` for the describe exchange.
+"""
+
+from __future__ import annotations
+
+import signal as signals
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from envelopes import codec
+from envelopes.v1 import RUNNER_CODE_RETRYABLE, DescribeResult, ToolCallRequest, ToolCallResult
+
+#: How much of the worker's stderr an outcome keeps (the end, where errors are).
+STDERR_TAIL_BYTES = 64 * 1024
+
+#: Why a runner stepped in; None when the worker ran to its own end.
+Intervention = Literal["start_failed", "timeout", "oom", "stdout_too_large", "stderr_too_large"]
+
+
+@dataclass
+class Exchange:
+    """Process-level facts about one request/response exchange with a worker."""
+
+    stdout: bytes = b""
+    stdout_bytes: int = 0
+    stdout_truncated: bool = False
+    stderr_tail: bytes = b""
+    stderr_bytes: int = 0
+    stderr_truncated: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+    duration_ms: float = 0.0
+    intervention: Intervention | None = None
+    detail: str = ""  # what the runner saw when it intervened, for the error message
+    runner_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """The typed outcome of one call: always a result envelope, plus what happened."""
+
+    result: ToolCallResult
+    exit_code: int | None
+    signal: int | None
+    duration_ms: float
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    stderr_tail: str
+    runner_info: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.result.status == "ok"
+
+    @property
+    def error_code(self) -> str | None:
+        return self.result.error.code if self.result.error else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "result": self.result.to_wire(),
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "duration_ms": round(self.duration_ms, 3),
+            "stdout_bytes": self.stdout_bytes,
+            "stderr_bytes": self.stderr_bytes,
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+            "stderr_tail": self.stderr_tail,
+            "runner": self.runner_info,
+        }
+
+
+@dataclass(frozen=True)
+class DescribeOutcome:
+    """A worker's DescribeResult, or why there is none (`error_code`, `message`)."""
+
+    describe: DescribeResult | None
+    error_code: str | None
+    message: str
+    exchange: Exchange
+
+
+class TailBuffer:
+    """Counts every byte written and keeps only the last `keep` of them."""
+
+    def __init__(self, keep: int = STDERR_TAIL_BYTES) -> None:
+        self.keep = keep
+        self.total = 0
+        self._data = bytearray()
+
+    def write(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self._data += chunk
+        if len(self._data) > 2 * self.keep:
+            del self._data[: len(self._data) - self.keep]
+
+    def tail(self) -> bytes:
+        return bytes(self._data[-self.keep :])
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _runner_error(request_id: str, version: str, code: str, message: str) -> ToolCallResult:
+    return ToolCallResult.fail(request_id, code, message, RUNNER_CODE_RETRYABLE[code], version)
+
+
+def _intervention_error(ex: Exchange, limit_hint: str) -> tuple[str, str] | None:
+    """The runner's own code when it had to step in, else None."""
+    match ex.intervention:
+        case "start_failed":
+            return "WORKER_START_FAILED", ex.detail or "the worker could not be started"
+        case "timeout":
+            return "WORKER_TIMEOUT", ex.detail or "the worker did not finish before the deadline"
+        case "oom":
+            return "WORKER_OOM", ex.detail or "the worker ran out of memory"
+        case "stdout_too_large":
+            return "OUTPUT_TOO_LARGE", ex.detail or f"stdout exceeded {limit_hint}"
+        case "stderr_too_large":
+            return "OUTPUT_TOO_LARGE", ex.detail or "stderr exceeded the runner's cap"
+    return None
+
+
+def _crash_message(ex: Exchange) -> str | None:
+    """Why the process end itself says the worker crashed, else None."""
+    if ex.signal is not None:
+        return f"the worker was killed by {_signal_name(ex.signal)}"
+    if ex.exit_code not in (0, 1):
+        return f"the worker exited with status {ex.exit_code} (only 0 and 1 are defined)"
+    return None
+
+
+def call_outcome(request: ToolCallRequest, ex: Exchange) -> CallOutcome:
+    """Classify an exchange for a ToolCallRequest; the first matching rule wins:
+    the runner's intervention, a crash (signal or exit status not 0/1), output that is
+    not one valid result for this request, then the exit-code rule (0 = ok, 1 = error).
+    """
+    limit = f"max_result_bytes={request.limits.max_result_bytes}"
+    result: ToolCallResult
+    intervention = _intervention_error(ex, limit)
+    crash = _crash_message(ex)
+    if intervention is not None:
+        result = _runner_error(request.id, request.version, *intervention)
+    elif crash is not None:
+        result = _runner_error(request.id, request.version, "WORKER_CRASHED", crash)
+    elif not ex.stdout.strip():
+        result = _runner_error(
+            request.id,
+            request.version,
+            "MALFORMED_OUTPUT",
+            f"the worker exited with status {ex.exit_code} without writing a result",
+        )
+    else:
+        try:
+            result = codec.decode_result(ex.stdout, request)
+        except codec.MalformedOutput as exc:
+            result = _runner_error(request.id, request.version, "MALFORMED_OUTPUT", str(exc))
+        else:
+            expected_exit = 0 if result.status == "ok" else 1
+            if ex.exit_code != expected_exit:
+                result = _runner_error(
+                    request.id,
+                    request.version,
+                    "MALFORMED_OUTPUT",
+                    f"status {result.status!r} must come with exit status {expected_exit},"
+                    f" got {ex.exit_code}",
+                )
+    return CallOutcome(
+        result=result,
+        exit_code=ex.exit_code,
+        signal=ex.signal,
+        duration_ms=ex.duration_ms,
+        stdout_bytes=ex.stdout_bytes,
+        stderr_bytes=ex.stderr_bytes,
+        stdout_truncated=ex.stdout_truncated,
+        stderr_truncated=ex.stderr_truncated,
+        stderr_tail=ex.stderr_tail.decode("utf-8", errors="replace"),
+        runner_info=ex.runner_info,
+    )
+
+
+def describe_outcome(ex: Exchange, max_bytes: int) -> DescribeOutcome:
+    """Classify an exchange for a DescribeRequest (same rules, no id to echo)."""
+    failure = _intervention_error(ex, f"{max_bytes} bytes")
+    if failure is None and (crash := _crash_message(ex)) is not None:
+        failure = ("WORKER_CRASHED", crash)
+    if failure is None and ex.exit_code != 0:
+        failure = ("MALFORMED_OUTPUT", f"describe must exit 0, got {ex.exit_code}")
+    if failure is not None:
+        return DescribeOutcome(None, failure[0], failure[1], ex)
+    try:
+        described = codec.decode_describe_result(ex.stdout, max_bytes)
+    except codec.MalformedOutput as exc:
+        return DescribeOutcome(None, "MALFORMED_OUTPUT", str(exc), ex)
+    return DescribeOutcome(described, None, "", ex)
