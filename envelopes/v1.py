@@ -13,6 +13,7 @@ Two directions, two rules:
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -169,6 +170,9 @@ def _check_json_bounds(value: Any) -> Any:
                 raise ValueError("integer outside +-(2^53-1)")
         elif not isinstance(node, float):
             raise ValueError(f"{type(node).__name__} is not a JSON value")
+        elif not math.isfinite(node):
+            # JSON has no NaN/Infinity; pydantic would silently dump them as null.
+            raise ValueError(f"{node} is not a JSON number (non-finite)")
     return value
 
 
@@ -259,7 +263,8 @@ class ToolCallRequest(Inbound):
     extensions: (
         Annotated[
             dict[Annotated[str, Field(pattern=EXTENSION_KEY_PATTERN)], JsonValue],
-            Field(max_length=64),
+            # Closed, so the schema refuses un-namespaced keys as the model does.
+            Field(max_length=64, json_schema_extra={"additionalProperties": False}),
         ]
         | None
     ) = Field(default=None, description="Namespaced keys (`vendor/key`); ignored when unknown.")

@@ -37,6 +37,7 @@ from envelopes.v1 import (
     MAX_MESSAGE,
     MAX_REQUEST_BYTES,
     SUPPORTED_VERSIONS,
+    WORKER_ERROR_CODES,
     DescribeRequest,
     DescribeResult,
     Effects,
@@ -118,6 +119,10 @@ class Worker:
 
     def _call(self, request: ToolCallRequest) -> ToolCallResult:
         def fail(code: str, message: str, retryable: bool = False) -> ToolCallResult:
+            if code not in WORKER_ERROR_CODES:  # else ErrorInfo raises or the runner refuses
+                message = f"tool raised ToolError({code[:64]!r}), not a worker code: {message}"
+                code, retryable = "INTERNAL", False
+            message = message.encode("utf-8", "replace").decode("utf-8")  # lone surrogates
             return ToolCallResult.fail(request.id, code, message, retryable, request.version)
 
         tool = self._tools.get(request.tool.name)
@@ -131,12 +136,12 @@ class Worker:
         try:
             value = tool.handler(dict(request.arguments), request)
             result = ToolCallResult.ok(request.id, _as_output(value), request.version)
+            size = len(codec.encode(result))  # may fail too (e.g. RecursionError)
         except ToolError as exc:
             return fail(exc.code, exc.message, exc.retryable)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             return fail("INTERNAL", f"{type(exc).__name__}: {exc}")
-        size = len(codec.encode(result))
         if size > request.limits.max_result_bytes:
             return fail(
                 "LIMIT_EXCEEDED",
@@ -149,9 +154,11 @@ class Worker:
         data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
         # Anything the tool (or a child process) prints goes to stderr, never into the
         # envelope: fd 1 points at stderr until the answer is written on the saved fd.
-        sys.stdout.flush()
+        # The flush comes after the switch, so prints still buffered from before run()
+        # (a banner at import time) become logs too instead of corrupting the envelope.
         envelope_fd = os.dup(1)
         os.dup2(2, 1)
+        sys.stdout.flush()
         answer = self.handle(data)
         failed = isinstance(answer, ToolCallResult) and answer.status == "error"
         payload = codec.encode(answer)
