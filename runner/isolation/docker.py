@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 import docker
 import docker.errors
+import requests.exceptions
 from docker.types import LogConfig, Ulimit
 
 from runner.isolation.base import ExchangeRunner, seconds_until
@@ -164,7 +165,7 @@ class DockerRunner(ExchangeRunner):
                 user=self.limits.user,
                 environment=dict(self.limits.env),
                 working_dir="/tmp",
-                hostname="sandbox",
+                hostname=None if self.limits.network == "host" else "sandbox",
                 network_disabled=self.limits.network == "none",
                 labels=labels_for(call_label),
                 host_config=self.limits.host_config(api),
@@ -201,8 +202,13 @@ class DockerRunner(ExchangeRunner):
         if stream.intervention is not None or not stream.eof:
             with contextlib.suppress(docker.errors.APIError):
                 api.kill(container_id)
-        status = api.wait(container_id, timeout=30)["StatusCode"]
-        state = api.inspect_container(container_id)["State"]
+        try:
+            status = api.wait(container_id, timeout=30)["StatusCode"]
+            oom_killed = bool(api.inspect_container(container_id)["State"].get("OOMKilled"))
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            # The engine lost track of it; it is removed in any case. Report a kill.
+            status, oom_killed = 128 + 9, False
+            stream.detail = stream.detail or f"the engine gave no exit status: {exc}"
         ex.stdout, ex.stdout_bytes, ex.stdout_truncated = (
             bytes(stream.stdout), stream.stdout_bytes, stream.stdout_truncated
         )  # fmt: skip
@@ -212,7 +218,7 @@ class DockerRunner(ExchangeRunner):
             ex.signal = status - 128
         else:
             ex.exit_code = status
-        if state.get("OOMKilled"):
+        if oom_killed:
             ex.intervention = "oom"
             ex.detail = f"the container hit its memory limit of {self.limits.memory_bytes} bytes"
         elif stream.intervention is not None:
@@ -295,6 +301,11 @@ def _pump(
         except OSError as exc:  # the container was removed under us (cancellation)
             stream.detail = f"stream closed: {exc}"
         finally:
+            # shutdown() first: close() alone keeps the fd open while the SDK's file
+            # object refers to it, and the engine would block writing to a reader that
+            # no longer reads, so the container could never finish exiting.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
     return stream
 

@@ -1,0 +1,85 @@
+"""Docker tests run against the real engine and the images of scripts/build-images.
+
+They fail (not skip) when no engine answers, so a CI run cannot pass without proving
+them. Set AGENTS_RUNNER_SKIP_DOCKER=1 to skip them explicitly on a machine without Docker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+# testcontainers' Ryuk reaper runs from an image pulled from Docker Hub, which these
+# machines cannot reach; our fixtures remove what they create instead.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+from testcontainers.core.image import DockerImage
+
+from runner.isolation.containers import LABEL_MANAGED
+from tests.conftest import MISBEHAVE
+
+BASH_IMAGE = "agents-runner/bash-runner:latest"
+PYTHON_IMAGE = "agents-runner/python-runner:latest"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    skip = os.environ.get("AGENTS_RUNNER_SKIP_DOCKER") == "1"
+    for item in items:
+        if "tests/docker/" in str(item.fspath):
+            item.add_marker(pytest.mark.docker)
+            if skip:
+                item.add_marker(pytest.mark.skip(reason="AGENTS_RUNNER_SKIP_DOCKER=1"))
+
+
+@pytest.fixture(scope="session")
+def api() -> docker.APIClient:
+    try:
+        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"no Docker engine answers ({exc}); run scripts/test, which starts one")
+    for image in (BASH_IMAGE, PYTHON_IMAGE):
+        try:
+            client.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            pytest.fail(f"image {image} is missing; run scripts/build-images")
+    return client
+
+
+def labelled_containers(api: docker.APIClient) -> list[dict]:
+    return api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_container_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the whole suite, not one container with this project's labels remains."""
+    if os.environ.get("AGENTS_RUNNER_SKIP_DOCKER") == "1":
+        yield
+        return
+    api = request.getfixturevalue("api")
+    yield
+    left = labelled_containers(api)
+    assert left == [], f"containers left behind: {[c['Id'][:12] for c in left]}"
+
+
+@pytest.fixture(scope="session")
+def misbehave_image(
+    api: docker.APIClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The misbehaving worker on top of the python-runner image, built with testcontainers."""
+    context: Path = tmp_path_factory.mktemp("misbehave-image")
+    shutil.copy(MISBEHAVE, context / "misbehave.py")
+    (context / "Dockerfile").write_text(
+        f"FROM {PYTHON_IMAGE}\n"
+        "COPY misbehave.py /opt/misbehave.py\n"
+        'ENTRYPOINT ["python3", "/opt/misbehave.py"]\n'
+        'CMD ["ok"]\n'
+    )
+    with DockerImage(path=str(context), tag="agents-runner-test/misbehave:latest",
+                     clean_up=True) as image:  # fmt: skip
+        yield str(image)
