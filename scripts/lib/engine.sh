@@ -155,7 +155,7 @@ ensure_venv() {
 
     _ar_say "installing agents-runner and its test dependencies into $venv"
     rm -f "$stamp"
-    if ! (cd "$root" && "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    if ! (cd "$root" && "$venv/bin/python" -m pip install -qq --disable-pip-version-check \
         -e '.[test]'); then
         _ar_say "pip install -e '.[test]' failed in $root (see the messages above)"
         return 1

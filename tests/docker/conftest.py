@@ -20,7 +20,7 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 from testcontainers.core.image import DockerImage
 
-from runner.isolation.containers import LABEL_MANAGED
+from runner.isolation.containers import LABEL_MANAGED, LABEL_OWNER, my_owner_token
 from tests.conftest import MISBEHAVE
 
 BASH_IMAGE = "agents-runner/bash-runner:latest"
@@ -52,7 +52,9 @@ def api() -> docker.APIClient:
 
 
 def labelled_containers(api: docker.APIClient) -> list[dict]:
-    return api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+    """Containers this test process made (other processes may be running tests too)."""
+    labels = [f"{LABEL_MANAGED}=1", f"{LABEL_OWNER}={my_owner_token()}"]
+    return api.containers(all=True, filters={"label": labels})
 
 
 @pytest.fixture(scope="session", autouse=True)

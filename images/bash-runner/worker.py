@@ -1,0 +1,68 @@
+"""bash-runner: one `bash` tool call per process, answered with one envelope.
+
+The image runs it as `/opt/agents-runner/venv/bin/python -I -B /opt/agents-runner/worker.py`
+(read one request on stdin, write one result on stdout). From a source checkout:
+
+    PYTHONPATH=. python3 images/bash-runner/worker.py < request.json
+
+The script runs as `bash -c SCRIPT` in its own process group with the optional `stdin`
+text on its standard input; see images/common/run_child.py for how output, deadlines and
+left-over processes are handled. A non-zero exit code is still an `ok` result: the exit
+code is part of the answer. Only the deadline turns into an error (DEADLINE_EXCEEDED).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from envelopes.v1 import ToolCallRequest
+from envelopes.worker import Worker
+
+try:
+    import run_child
+except ModuleNotFoundError:  # a source checkout: the module lives in images/common
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "common"))
+    import run_child
+
+MAX_TEXT = 1024 * 1024
+
+worker = Worker("bash-runner", "0.1.0")
+
+
+@worker.tool(
+    "bash",
+    description=(
+        "Run a bash script in a throwaway sandbox and return its exit code, stdout and"
+        " stderr. Nothing persists between calls; /tmp is writable; the network is off"
+        " unless the operator turned it on. Output past the result size limit is cut"
+        " (truncated: true), and stdout_bytes/stderr_bytes give the full sizes."
+    ),
+    effects="contained",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "script": {
+                "type": "string",
+                "maxLength": MAX_TEXT,
+                "description": "The bash script, run as `bash -c SCRIPT`.",
+            },
+            "stdin": {
+                "type": "string",
+                "maxLength": MAX_TEXT,
+                "description": "Text for the script's standard input (default: empty).",
+            },
+        },
+        "required": ["script"],
+        "additionalProperties": False,
+    },
+)
+def bash(arguments: dict[str, Any], request: ToolCallRequest) -> dict[str, Any]:
+    return run_child.run_for_request(
+        ["bash", "-c", arguments["script"]], arguments.get("stdin"), request, "bash"
+    )
+
+
+if __name__ == "__main__":
+    worker.run()
