@@ -1,4 +1,4 @@
-"""A small SDK for Python workers: declare tools, call `run()`, and the envelope is handled.
+"""A small SDK for Python workers: declare tools, call `serve()`, and the envelope is handled.
 
     from envelopes.worker import Worker, ToolError
 
@@ -11,7 +11,7 @@
         return f"hello {arguments['name']}"
 
     if __name__ == "__main__":
-        worker.run()
+        worker.serve()
 
 What it does for you: reads one request from stdin (bounded), answers DescribeRequest,
 refuses bad requests and unsupported versions with the right code, validates arguments
@@ -149,7 +149,7 @@ class Worker:
             )
         return result
 
-    def run(self) -> None:
+    def serve(self) -> None:
         """Serve one request from stdin to stdout and exit with the envelope's exit code."""
         data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
         # Anything the tool (or a child process) prints goes to stderr, never into the
@@ -167,6 +167,8 @@ class Worker:
         with os.fdopen(envelope_fd, "wb") as out:
             out.write(payload)
         os._exit(1 if failed else 0)
+
+    run = serve  # the name used before serve()
 
 
 def _as_output(value: Any) -> Output:

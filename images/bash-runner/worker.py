@@ -65,4 +65,4 @@ def bash(arguments: dict[str, Any], request: ToolCallRequest) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    worker.run()
+    worker.serve()

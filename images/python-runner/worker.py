@@ -62,4 +62,4 @@ def python(arguments: dict[str, Any], request: ToolCallRequest) -> dict[str, Any
 
 
 if __name__ == "__main__":
-    worker.run()
+    worker.serve()

@@ -335,7 +335,7 @@ NOISY_WORKER = textwrap.dedent(
             raise ToolError("TOOL_FAILED", "asked to fail")
         return {"answer": 42}
 
-    worker.run()
+    worker.serve()
     """
 )
 NOISE = [

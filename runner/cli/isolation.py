@@ -1,8 +1,4 @@
-"""The `agents-runner` command.
-
-Bad input gets one line on stderr saying what was wrong and where, and a non-zero exit:
-2 for a usage or input error, 1 when the call itself ended in an error envelope.
-"""
+"""`agents-runner isolate`, `describe` and `sweep`: one call through a runner."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import anyio
 import typer
@@ -19,6 +15,7 @@ from pydantic import ValidationError
 
 from envelopes import codec, wire
 from envelopes.v1 import MAX_REQUEST_BYTES, ToolCallRequest
+from runner.cli.app import app, fail
 from runner.isolation import (
     ContainerLimits,
     DockerRunner,
@@ -27,20 +24,8 @@ from runner.isolation import (
     Runner,
 )
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="Run tool calls in isolated workers through the v1 JSON envelope.",
-)
-
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"agents-runner: error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def parse_size(text: str, option: str) -> int:
@@ -237,11 +222,3 @@ def sweep(
     typer.echo(f"removed {len(report.removed)} container(s), kept {len(report.kept)}")
     for name in report.removed:
         typer.echo(f"  removed {name}")
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()
