@@ -1,0 +1,56 @@
+"""`agents-runner [--agent-file A] run --prompt ...`: one session, to its answer or pause.
+
+`--agent-file` may come before the command (as a global option, registered here as the
+app's callback) or after it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cli.app import app
+from runner.cli.session import (
+    DEFAULT_STORE,
+    AgentFileOption,
+    JsonOption,
+    StoreOption,
+    agent_from_file,
+    console,
+    open_store,
+    read_prompt,
+    run_async,
+)
+
+
+@app.callback()
+def global_options(ctx: typer.Context, agent_file: AgentFileOption = None) -> None:
+    """Run an agent's tool calls durably, and the dangerous ones in isolated workers."""
+    ctx.obj = {"agent_file": agent_file}
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="the user's message")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="read the message from FILE")] = None,
+    agent_file: AgentFileOption = None,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Run to the final answer, or stop when the turn waits on deferred calls and print
+    the paused report (session id and continuation tokens) as JSON."""
+    text = read_prompt(prompt, file)
+    agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), open_store(store))
+    report = run_async(agent.run, text)
+    document = report.to_dict()
+    if report.status == "waiting":
+        document["status"] = "paused"
+        typer.echo(json.dumps(document, ensure_ascii=False))
+    elif as_json:
+        typer.echo(json.dumps(document, ensure_ascii=False))
+    else:
+        console.print(report.session.final_answer or "")

@@ -1,0 +1,352 @@
+"""`agents-runner session ...`: start, step, resume, wake and inspect durable sessions.
+
+Every command takes `--store PATH` (default .agents-runner/state.db) and `--json`. A
+session keeps the agent definition it started with in the store, so later commands need
+only its id (or a continuation token). Every command that advances a session runs the
+agent in asynchronous mode, whatever its file says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from envelopes import codec
+from envelopes.v1 import ToolCallResult
+from runner.cli.app import app, fail
+from runner.llm import LLMError
+from runner.session import (
+    AgentError,
+    DurableAgent,
+    Session,
+    SessionError,
+    StepReport,
+    ToolResult,
+    load_agent,
+    parse_agent,
+    with_durable_workflows,
+)
+from runner.session.execute import from_envelope
+from runner.session.models import LlmTurn, PartialUserTurn, UserTurn
+from runner.session.scheduler import pending_entry
+from runner.stores import SQLiteStore, StoreError
+
+DEFAULT_STORE = Path(".agents-runner/state.db")
+#: Largest result file `session complete` reads.
+MAX_RESULT_FILE_BYTES = 16 * 1024 * 1024
+
+StoreOption = Annotated[
+    Path,
+    typer.Option("--store", envvar="AGENTS_RUNNER_STORE", help="the SQLite store file"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
+AgentFileOption = Annotated[
+    Path | None, typer.Option("--agent-file", help="the agent definition (JSON)")
+]
+SessionId = Annotated[str, typer.Argument(help="the session id")]
+
+session_app = typer.Typer(no_args_is_help=True, help="Durable sessions: start, wake, inspect.")
+app.add_typer(session_app, name="session")
+console = Console(highlight=False)
+
+T = TypeVar("T")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn every expected failure into one line on stderr (2: bad input, 1: the rest)."""
+    try:
+        yield
+    except (AgentError, SessionError) as exc:
+        fail(str(exc), 2)
+    except (StoreError, LLMError) as exc:
+        fail(str(exc), 1)
+
+
+def open_store(path: Path) -> SQLiteStore:
+    with user_errors():
+        return SQLiteStore(path)
+
+
+def stored_agent(store: SQLiteStore, session_id: str) -> DurableAgent:
+    """The agent a session started with, from the store, in asynchronous mode."""
+    with user_errors():
+        session = store.load(session_id)
+        agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
+    return with_durable_workflows(agent.with_mode("asynchronous"), store)
+
+
+def agent_from_file(path: Path | None, store: SQLiteStore) -> DurableAgent:
+    if path is None:
+        fail("--agent-file is required (before or after the command name)")
+    with user_errors():
+        return with_durable_workflows(load_agent(path), store)
+
+
+def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    with user_errors():
+        return anyio.run(function, *args)
+
+
+def emit(document: dict[str, Any], as_json: bool, human: Callable[[], None]) -> None:
+    if as_json:
+        typer.echo(json.dumps(document, ensure_ascii=False))
+    else:
+        human()
+
+
+def print_report(report: StepReport, as_json: bool) -> None:
+    def human() -> None:
+        session = report.session
+        console.print(f"session [bold]{session.id}[/] is [bold]{session.status}[/]")
+        if report.ran:
+            console.print(f"ran: {', '.join(report.ran)}")
+        if session.status == "completed":
+            console.print(session.final_answer or "")
+        if session.status == "waiting":
+            print_pending(session)
+
+    emit(report.to_dict(), as_json, human)
+
+
+def print_pending(session: Session) -> None:
+    table = Table("tool", "tool_call_id", "state", "continuation token", "why")
+    for call in session.open_calls():
+        table.add_row(call.tool, call.id, call.state, call.token, call.defer_reason or "")
+    console.print(table)
+
+
+# --- commands ------------------------------------------------------------------------
+
+
+@session_app.command("start")
+def start(
+    ctx: typer.Context,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="the user's message")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="read the message from FILE")] = None,
+    step: Annotated[bool, typer.Option("--step", help="also run the first step")] = False,
+    agent_file: AgentFileOption = None,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Start a session (and with --step, run its first step)."""
+    text = read_prompt(prompt, file)
+    opened = open_store(store)
+    agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
+    with user_errors():
+        session = agent.start(text)
+    if step:
+        stepper = stored_agent(opened, session.id)
+        print_report(run_async(stepper.step, session.id), as_json)
+        return
+    emit({"session_id": session.id, "status": session.status}, as_json,
+         lambda: console.print(f"started session [bold]{session.id}[/]"))  # fmt: skip
+
+
+def read_prompt(prompt: str | None, file: Path | None) -> str:
+    if (prompt is None) == (file is None):
+        fail("give the user's message with exactly one of --prompt TEXT or --file FILE")
+    if file is not None:
+        try:
+            prompt = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--file: cannot read {file}: {exc}")
+    assert prompt is not None
+    if not prompt.strip():
+        fail("the user's message is empty")
+    return prompt
+
+
+@session_app.command("step")
+def step(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """Run one scheduling step."""
+    agent = stored_agent(open_store(store), session_id)
+    print_report(run_async(agent.step, session_id), as_json)
+
+
+@session_app.command("resume")
+def resume(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """Step until the final answer or the next wait (un-pauses a paused session)."""
+    agent = stored_agent(open_store(store), session_id)
+    print_report(run_async(agent.resume, session_id), as_json)
+
+
+@session_app.command("pause")
+def pause(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """Stop a session from being stepped until `session resume`."""
+    agent = stored_agent(open_store(store), session_id)
+    with user_errors():
+        session = agent.pause(session_id)
+    emit({"session_id": session.id, "status": session.status}, as_json,
+         lambda: console.print(f"session {session.id} is paused"))  # fmt: skip
+
+
+@session_app.command("cancel")
+def cancel(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """Cancel a session and every call still open."""
+    agent = stored_agent(open_store(store), session_id)
+    with user_errors():
+        session = agent.cancel(session_id)
+    emit({"session_id": session.id, "status": session.status}, as_json,
+         lambda: console.print(f"session {session.id} is cancelled"))  # fmt: skip
+
+
+@session_app.command("pending")
+def pending(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """List the calls still open, with their continuation tokens."""
+    with user_errors():
+        session = open_store(store).load(session_id)
+    document = {"session_id": session.id, "status": session.status,
+                "pending": [pending_entry(c) for c in session.open_calls()]}  # fmt: skip
+    emit(document, as_json, lambda: print_pending(session))
+
+
+@session_app.command("run-isolated")
+def run_isolated(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """Run the detached isolated calls a session waits on, and record their results."""
+    agent = stored_agent(open_store(store), session_id)
+    print_report(run_async(agent.run_isolated, session_id), as_json)
+
+
+def read_result(path: Path) -> ToolResult:
+    """A result file: a ToolCallResult envelope, any other JSON (a JSON result), or text."""
+    try:
+        with open("/dev/stdin", "rb") if str(path) == "-" else path.open("rb") as handle:
+            data = handle.read(MAX_RESULT_FILE_BYTES + 1)
+    except OSError as exc:
+        fail(f"cannot read the result file {path}: {exc.strerror}")
+    if len(data) > MAX_RESULT_FILE_BYTES:
+        fail(f"the result file {path} is larger than {MAX_RESULT_FILE_BYTES} bytes")
+    if not data.strip():
+        fail(f"the result file {path} is empty; a result needs some content")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"the result file {path} is not UTF-8 text: {exc}")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return ToolResult.ok(text)
+    if isinstance(value, dict) and value.get("kind") == "ToolCallResult":
+        try:
+            return from_envelope(ToolCallResult.model_validate(value))
+        except ValueError as exc:
+            fail(f"{path}: not a valid ToolCallResult: {codec.describe_validation_error(exc)}")
+    return ToolResult.ok(value)
+
+
+def wake_by_token(store: SQLiteStore, token: str, result: ToolResult, as_json: bool) -> None:
+    with user_errors():
+        found = store.find(token)
+    if found is None:
+        fail(f"no call has the continuation token {token!r} in {store.path}")
+    agent = stored_agent(store, found.session_id)
+    report = run_async(agent.wake, found.session_id, [(token, result)])
+
+    def human() -> None:
+        if report.already_completed:
+            console.print(f"call {found.call_id} was already completed; nothing applied")
+        else:
+            console.print(f"recorded the result of {found.call_id} in session {found.session_id}")
+        console.print(f"{len(report.session.open_calls())} call(s) still open")
+
+    emit(report.to_dict(), as_json, human)
+
+
+@session_app.command("complete")
+def complete(
+    token: Annotated[str, typer.Argument(help="the call's continuation token")],
+    file: Annotated[Path, typer.Argument(help="the result: JSON, or text; - for stdin")],
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Give a deferred call its result (idempotent: a second result is reported, not applied)."""
+    result = read_result(file)
+    wake_by_token(open_store(store), token, result, as_json)
+
+
+@session_app.command("fail")
+def fail_call(
+    token: Annotated[str, typer.Argument(help="the call's continuation token")],
+    reason: Annotated[str, typer.Option("--reason", help="what the model is told")],
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Fail a deferred call; the model sees the reason."""
+    if not reason.strip():
+        fail("--reason must say why the call failed")
+    wake_by_token(open_store(store), token, ToolResult.error("TOOL_FAILED", reason), as_json)
+
+
+@session_app.command("list")
+def list_sessions(
+    status: Annotated[str | None, typer.Option("--status", help="only this status")] = None,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """List the sessions in the store."""
+    statuses = ("running", "waiting", "paused", "completed", "cancelled")
+    if status is not None and status not in statuses:
+        fail(f"--status: expected one of {', '.join(statuses)}, got {status!r}")
+    rows = open_store(store).list(status)
+
+    def human() -> None:
+        table = Table("session", "status", "agent", "version")
+        for row in rows:
+            table.add_row(row.id, row.status, row.agent_slug, str(row.version))
+        console.print(table)
+
+    emit({"sessions": [row.__dict__ for row in rows]}, as_json, human)
+
+
+@session_app.command("show")
+def show(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """Show a session: its turns, its calls and their results."""
+    with user_errors():
+        session = open_store(store).load(session_id)
+
+    def human() -> None:
+        console.print(f"session [bold]{session.id}[/] ({session.agent_slug}) is "
+                      f"[bold]{session.status}[/], version {session.version}")  # fmt: skip
+        for index, turn in enumerate(session.turns):
+            console.print(f"[dim]{index}[/] {describe_turn(turn)}")
+        table = Table("call", "tool", "state", "attempts", "result")
+        for call in session.calls.values():
+            result = call.result.text() if call.result else ""
+            table.add_row(call.id, call.tool, call.state, str(call.attempts), result[:120])
+        console.print(table)
+
+    emit(json.loads(session.to_json()), as_json, human)
+
+
+def describe_turn(turn: UserTurn | LlmTurn | PartialUserTurn) -> str:
+    if isinstance(turn, UserTurn):
+        if turn.text is not None:
+            return f"user: {turn.text}"
+        return f"user: results of {', '.join(e.tool_call_id for e in turn.tool_results)}"
+    if isinstance(turn, LlmTurn):
+        calls = ", ".join(f"{c.name}({c.id})" for c in turn.tool_calls)
+        return f"llm: {turn.text or ''}" + (f" -> calls {calls}" if calls else "")
+    return f"(waiting for {', '.join(turn.call_ids)})"

@@ -1,0 +1,55 @@
+"""The provider-neutral conversation a provider receives, and the turn it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+
+@dataclass(frozen=True)
+class RequestedCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message: `user` text, `assistant` text and calls, or one `tool` result."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: tuple[RequestedCall, ...] = ()
+    tool_call_id: str | None = None  # for role "tool"
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    system_prompt: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolDefinition, ...] = ()
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    text: str | None = None
+    tool_calls: tuple[RequestedCall, ...] = field(default_factory=tuple)
+
+
+class LLMError(Exception):
+    """The provider could not give a turn; `retryable` says whether trying later can help."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class LLM(Protocol):
+    async def complete(self, request: LLMRequest) -> LLMResponse: ...

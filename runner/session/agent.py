@@ -1,0 +1,188 @@
+"""An agent is a JSON file: who it is, which LLM, which tools, and how calls are run.
+
+`load_agent(path)` reads and checks it; every mistake is reported with its path in the file
+(`toolCallPolicyConfig.rules[0].disposition.tag: ...`). A scripted provider's script is read
+at load time and kept in the definition, so the stored definition is all a later process
+needs, and its hash (`Agent.hash`) changes when anything that matters changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runner.session.policy import PolicyConfig
+
+
+class AgentError(ValueError):
+    """An agent definition that cannot be used; the message says where and why."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ToolSpec(_Spec):
+    """A tool the model may call. `builtin` tools are Python functions registered by name
+    in runner.tools; `bash` runs a script (only isolated); `external` tools are done by
+    someone else (a deferred call completed with `session complete`)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
+    kind: Literal["builtin", "bash", "external"] = "builtin"
+    description: str = ""
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments (draft 2020-12).",
+    )
+
+
+class ScriptedProvider(_Spec):
+    tag: Literal["scripted"] = "scripted"
+    #: A JSON file (relative to the agent file) with {"responses": [...]}; read at load.
+    script: str | None = None
+    responses: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ScriptedProvider:
+        if self.responses is None and self.script is None:
+            raise ValueError("a scripted provider needs `script` (a file) or `responses`")
+        return self
+
+
+class OpenAIProvider(_Spec):
+    tag: Literal["openaiCompatible"] = "openaiCompatible"
+    base_url: Annotated[str, Field(alias="baseUrl", pattern=r"^https?://")]
+    model: Annotated[str, Field(min_length=1)]
+    #: Name of the environment variable holding the API key (never the key itself).
+    api_key_env: Annotated[str | None, Field(alias="apiKeyEnv")] = None
+    timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
+    max_retries: Annotated[int, Field(alias="maxRetries", ge=0, le=10)] = 2
+
+
+Provider = Annotated[ScriptedProvider | OpenAIProvider, Field(discriminator="tag")]
+
+
+class YieldOnTimeout(_Spec):
+    tag: Literal["yieldOnTimeout"] = "yieldOnTimeout"
+    milliseconds: Annotated[int, Field(ge=0)]
+
+
+YieldStrategy = Literal["yieldWhenAllDone", "yieldOnAnyProgress"] | YieldOnTimeout
+
+
+class Agent(_Spec):
+    slug: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+    provider: Provider
+    system_prompt: str = ""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    execution_mode: Literal["synchronous", "asynchronous"] = Field(
+        default="synchronous", alias="executionMode"
+    )
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, alias="toolCallPolicyConfig")
+    async_yield_strategy: YieldStrategy = Field(
+        default="yieldWhenAllDone", alias="asyncYieldStrategy"
+    )
+    max_concurrency: int = Field(default=4, ge=1, le=256, alias="maxConcurrency")
+    async_call_timeout_seconds: float | None = Field(
+        default=None, gt=0, alias="asyncCallTimeoutSeconds"
+    )
+
+    @model_validator(mode="after")
+    def _tool_names_unique(self) -> Agent:
+        names = [t.name for t in self.tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"tool names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def to_document(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @property
+    def hash(self) -> str:
+        canonical = json.dumps(self.to_document(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def with_mode(self, mode: Literal["synchronous", "asynchronous"]) -> Agent:
+        return self.model_copy(update={"execution_mode": mode})
+
+
+def error_path(loc: tuple[Any, ...]) -> str:
+    """pydantic's location as a path in the file; union branch names are left out."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in _UNION_BRANCHES or _GENERATED.match(str(part)):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(document)"
+
+
+#: Names pydantic puts in a location for the branch of a union it tried; not in the file.
+_UNION_BRANCHES = {"runSync", "runAsync", "runIsolated", "defer", "decorate", "docker",
+                   "localProcess", "timeout", "retries", "cache", "label", "truncate",
+                   "scripted", "openaiCompatible", "yieldOnTimeout"}  # fmt: skip
+_GENERATED = re.compile(r"^(literal\[|function-|[A-Z][A-Za-z]+$)")
+
+
+def describe(exc: ValidationError, limit: int = 3) -> str:
+    parts = [f"{error_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors()[:limit]]
+    if len(exc.errors()) > limit:
+        parts.append(f"and {len(exc.errors()) - limit} more")
+    return "; ".join(parts)
+
+
+def parse_agent(document: Any, where: str = "agent") -> Agent:
+    if not isinstance(document, dict):
+        raise AgentError(f"{where}: expected a JSON object, got {type(document).__name__}")
+    try:
+        agent = Agent.model_validate(document)
+    except ValidationError as exc:
+        raise AgentError(f"{where}: {describe(exc)}") from None
+    if isinstance(agent.provider, ScriptedProvider) and agent.provider.responses is not None:
+        from runner.llm import ScriptedLLM
+
+        try:
+            ScriptedLLM(agent.provider.responses)
+        except ValueError as exc:
+            raise AgentError(f"{where}: provider: {exc}") from None
+    return agent
+
+
+def load_agent(path: str | Path) -> Agent:
+    """Read, check and resolve an agent file (its scripted LLM script is read in)."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AgentError(f"cannot read agent file {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AgentError(f"agent file {path} is not valid JSON: {exc}") from None
+    agent = parse_agent(document, f"agent file {path}")
+    provider = agent.provider
+    if isinstance(provider, ScriptedProvider) and provider.responses is None:
+        script_path = path.parent / provider.script
+        try:
+            script = json.loads(script_path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise AgentError(
+                f"agent file {path}: provider.script: cannot read {script_path}: {exc.strerror}"
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise AgentError(f"script {script_path} is not valid JSON: {exc}") from None
+        responses = script.get("responses") if isinstance(script, dict) else None
+        if not isinstance(responses, list):
+            raise AgentError(f'script {script_path}: expected {{"responses": [...]}}')
+        document = {**document, "provider": {**document["provider"], "responses": responses}}
+        agent = parse_agent(document, f"agent file {path} with its script {script_path}")
+    return agent

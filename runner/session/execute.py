@@ -1,0 +1,213 @@
+"""Running one tracked call under its disposition, decorators included, to a ToolResult.
+
+Decorators wrap the call from the outside in (the first listed is the outermost):
+`timeout` bounds what it wraps, `retries` re-runs a retryable failure with jittered
+exponential backoff, `cache` answers from the tool cache (and stores ok results),
+`truncate` cuts an ok result to `maxBytes`, `label` only names the call.
+RunIsolated calls become a v1 ToolCallRequest for the runner their spec names; a runner's
+error outcome becomes a failed call whose message the model sees.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import jsonschema
+from pydantic import ValidationError
+
+from envelopes.codec import describe_validation_error
+from envelopes.v1 import CallContext, RequestLimits, ToolCallRequest, ToolCallResult, ToolRef
+from runner import tools
+from runner.isolation import CallOutcome, Runner
+from runner.session.agent import Agent
+from runner.session.models import Session, ToolResult, TrackedCall
+from runner.session.policy import (
+    Cache,
+    DockerSpec,
+    Label,
+    LocalProcessSpec,
+    Retries,
+    RunIsolated,
+    Timeout,
+    Truncate,
+    unwrap,
+)
+from runner.stores.base import ToolCache
+
+Run = Callable[[], Awaitable[ToolResult]]
+RunnerFactory = Callable[[DockerSpec | LocalProcessSpec], Runner]
+
+
+def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
+    """The runner an isolation spec names: its image in Docker, or its argv locally."""
+    from runner.isolation import ContainerLimits, DockerRunner, LocalProcessRunner
+
+    if isinstance(spec, DockerSpec):
+        names = ("memory_bytes", "cpus", "pids", "tmpfs_bytes", "network")
+        overrides = {n: getattr(spec, n) for n in names if getattr(spec, n) is not None}
+        return DockerRunner(spec.image, ContainerLimits(**overrides))
+    return LocalProcessRunner(spec.argv, env=spec.env)
+
+
+@dataclass
+class CallExecutor:
+    """Everything a call may need: the agent, the session, a cache and the runners."""
+
+    agent: Agent
+    session: Session
+    cache: ToolCache | None
+    runner_factory: RunnerFactory
+    deployment_runner: Runner | None = None
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+
+    async def run(self, call: TrackedCall, disposition: Any) -> ToolResult:
+        decorators, base = unwrap(disposition)
+        run: Run = self._base(call, base)
+        for decorator in reversed(decorators):
+            run = self._wrap(decorator, run, call)
+        return await run()
+
+    # --- decorators ------------------------------------------------------------------
+
+    def _wrap(self, decorator: Any, inner: Run, call: TrackedCall) -> Run:
+        match decorator:
+            case Timeout(seconds=seconds):
+                return lambda: _with_timeout(inner, seconds)
+            case Retries(count=count, backoff_ms=backoff_ms):
+                return lambda: self._with_retries(inner, count, backoff_ms)
+            case Cache(ttl_seconds=ttl):
+                return lambda: self._with_cache(inner, call, ttl)
+            case Truncate(max_bytes=max_bytes):
+                return lambda: _with_truncation(inner, max_bytes)
+            case Label():
+                return inner  # set when the call was classified
+        raise TypeError(f"unknown decorator {decorator!r}")
+
+    async def _with_retries(self, inner: Run, count: int, backoff_ms: int) -> ToolResult:
+        result = await inner()
+        for attempt in range(count):
+            if result.status != "error" or not result.retryable:
+                break
+            delay_s = backoff_ms / 1000 * 2**attempt * (0.5 + random.random())
+            await self.sleep(delay_s)
+            result = await inner()
+        return result
+
+    async def _with_cache(self, inner: Run, call: TrackedCall, ttl: float | None) -> ToolResult:
+        if self.cache is None:
+            return await inner()
+        hit = self.cache.get(call.tool, call.arguments)
+        if hit is not None:
+            return hit
+        result = await inner()
+        if result.status == "ok":
+            self.cache.put(call.tool, call.arguments, result, ttl)
+        return result
+
+    # --- the call itself -------------------------------------------------------------
+
+    def _base(self, call: TrackedCall, base: Any) -> Run:
+        async def attempt() -> ToolResult:
+            call.attempts += 1
+            spec = self.agent.tool(call.tool)
+            if spec is None:
+                return ToolResult.error("UNKNOWN_TOOL", f"the agent has no tool {call.tool!r}")
+            try:
+                jsonschema.validate(call.arguments, spec.parameters)
+            except jsonschema.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "(arguments)"
+                return ToolResult.error("INVALID_ARGUMENTS", f"{where}: {exc.message}")
+            if isinstance(base, RunIsolated):
+                return await self._isolated(call, base)
+            if spec.kind != "builtin":
+                return ToolResult.error(
+                    "PERMISSION_DENIED",
+                    f"{call.tool!r} is a {spec.kind} tool: it never runs in-process;"
+                    " the policy must isolate or defer it",
+                )
+            return await _builtin(call, threaded=base.tag == "runAsync")
+
+        return attempt
+
+    async def _isolated(self, call: TrackedCall, base: RunIsolated) -> ToolResult:
+        spec = base.spec
+        runner = self.deployment_runner or self.runner_factory(spec)
+        try:
+            request = ToolCallRequest(
+                id=call.token,
+                tool=ToolRef(name=call.tool),
+                arguments=call.arguments,
+                deadline_ms=int((time.time() + spec.timeout_seconds) * 1000),
+                limits=RequestLimits(max_result_bytes=spec.max_result_bytes),
+                context=CallContext(
+                    session_id=self.session.id,
+                    call_id=call.id,
+                    attempt=call.attempts,
+                    idempotency_key=call.idempotency_key,
+                ),
+            )
+        except ValidationError as exc:
+            return ToolResult.error("INVALID_ARGUMENTS", describe_validation_error(exc))
+        return from_outcome(await runner.call(request))
+
+
+def from_outcome(outcome: CallOutcome) -> ToolResult:
+    """A runner's typed outcome as the result the model sees."""
+    return from_envelope(outcome.result)
+
+
+def from_envelope(result: ToolCallResult) -> ToolResult:
+    if result.status == "ok" and result.output is not None:
+        output = result.output.to_wire()
+        content = output["content"] if output["type"] in ("text", "json") else output
+        return ToolResult.ok(content)
+    assert result.error is not None
+    return ToolResult.error(result.error.code, result.error.message, result.error.retryable)
+
+
+async def _builtin(call: TrackedCall, *, threaded: bool) -> ToolResult:
+    function = tools.lookup(call.tool)
+    if function is None:
+        return ToolResult.error("UNKNOWN_TOOL", f"no built-in tool {call.tool!r} is registered")
+    try:
+        if inspect.iscoroutinefunction(function):
+            value = await function(call.arguments)
+        elif threaded:
+            value = await anyio.to_thread.run_sync(function, call.arguments)
+        else:
+            value = function(call.arguments)
+    except tools.ToolFailure as exc:
+        return ToolResult.error("TOOL_FAILED", str(exc), exc.retryable)
+    except Exception as exc:  # a tool's bug is the call's failure, not the runtime's
+        return ToolResult.error("INTERNAL", f"{type(exc).__name__}: {exc}")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return ToolResult.error("INTERNAL", f"the tool returned a {type(value).__name__}, not JSON")
+    return ToolResult.ok(value)
+
+
+async def _with_timeout(inner: Run, seconds: float) -> ToolResult:
+    with anyio.move_on_after(seconds) as scope:
+        return await inner()
+    assert scope.cancelled_caught
+    return ToolResult.error("DEADLINE_EXCEEDED", f"no result within {seconds:g}s", retryable=True)
+
+
+async def _with_truncation(inner: Run, max_bytes: int) -> ToolResult:
+    result = await inner()
+    if result.status != "ok":
+        return result
+    text = result.content if isinstance(result.content, str) else json.dumps(result.content)
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return result
+    kept = data[:max_bytes].decode("utf-8", errors="ignore")
+    return ToolResult.ok(f"{kept}\n[truncated: {max_bytes} of {len(data)} bytes]")

@@ -1,0 +1,178 @@
+"""What a session is made of, as stored: turns, tracked tool calls and their results.
+
+Every model round-trips exactly through JSON (`Session.to_json` / `Session.from_json`);
+the store keeps that document, so nothing needed to continue lives only in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Version of the session document; a store refuses documents it does not know.
+SESSION_SCHEMA_VERSION = 1
+
+CallState = Literal["ready", "running", "deferred", "completed", "failed", "expired", "cancelled"]
+#: States a call never leaves.
+TERMINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "expired", "cancelled"})
+
+#: running: can be stepped; waiting: needs results from outside (deferred or detached
+#: isolated calls); paused: an operator stopped it; completed: final answer given.
+SessionStatus = Literal["running", "waiting", "paused", "completed", "cancelled"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+def new_token() -> str:
+    """A continuation token: the handle by which a result finds its call."""
+    return str(uuid.uuid4())
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ToolCall(Model):
+    """One tool call as the LLM asked for it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolResult(Model):
+    """What a call produced; `content` is what the model is shown."""
+
+    status: Literal["ok", "error", "expired", "cancelled"]
+    content: Any  # text or any JSON value
+    error_code: str | None = None
+    retryable: bool = False
+
+    @classmethod
+    def ok(cls, content: Any) -> ToolResult:
+        return cls(status="ok", content=content)
+
+    @classmethod
+    def error(cls, code: str, message: str, retryable: bool = False) -> ToolResult:
+        return cls(status="error", content=message, error_code=code, retryable=retryable)
+
+    def text(self) -> str:
+        """The result as the model reads it."""
+        body = self.content if isinstance(self.content, str) else json.dumps(self.content)
+        if self.status == "ok":
+            return body
+        code = f" {self.error_code}" if self.error_code else ""
+        return f"[{self.status}{code}] {body}"
+
+
+class UserTurn(Model):
+    """A prompt, or the complete results of the previous LLM turn's tool calls."""
+
+    kind: Literal["user"] = "user"
+    text: str | None = None
+    tool_results: list[ToolResultEntry] = Field(default_factory=list)
+
+
+class ToolResultEntry(Model):
+    tool_call_id: str
+    tool: str
+    result: ToolResult
+
+
+class LlmTurn(Model):
+    kind: Literal["llm"] = "llm"
+    text: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class PartialUserTurn(Model):
+    """The user turn being gathered: the calls of the LLM turn before it, in order.
+    It becomes a UserTurn once every call has reached a terminal state."""
+
+    kind: Literal["partial_user"] = "partial_user"
+    call_ids: list[str]
+
+
+UserTurn.model_rebuild()
+Turn = Annotated[UserTurn | LlmTurn | PartialUserTurn, Field(discriminator="kind")]
+
+
+class TrackedCall(Model):
+    """A tool call the runtime is responsible for, from classification to result."""
+
+    id: str  # the LLM's tool_call_id, unique within the session
+    token: str  # continuation token (UUID): how a result from outside finds this call
+    tool: str
+    arguments: dict[str, Any]
+    state: CallState
+    disposition: dict[str, Any]  # the policy's decision, as JSON (see session.policy)
+    turn: int  # index of the LLM turn that asked for it
+    label: str | None = None
+    defer_reason: str | None = None
+    attempts: int = 0
+    idempotency_key: str
+    result: ToolResult | None = None
+    created_ms: int = Field(default_factory=now_ms)
+    updated_ms: int = Field(default_factory=now_ms)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class Session(Model):
+    id: str
+    schema_version: int = SESSION_SCHEMA_VERSION
+    agent_slug: str
+    agent_hash: str
+    status: SessionStatus = "running"
+    #: Compare-and-set counter, owned by the store: each committed write adds one.
+    version: int = 0
+    turns: list[Turn] = Field(default_factory=list)
+    calls: dict[str, TrackedCall] = Field(default_factory=dict)
+    final_answer: str | None = None
+    created_ms: int = Field(default_factory=now_ms)
+    updated_ms: int = Field(default_factory=now_ms)
+
+    @classmethod
+    def start(cls, agent_slug: str, agent_hash: str, prompt: str) -> Session:
+        return cls(
+            id=f"s-{uuid.uuid4()}",
+            agent_slug=agent_slug,
+            agent_hash=agent_hash,
+            turns=[UserTurn(text=prompt)],
+        )
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Session:
+        return cls.model_validate_json(text)
+
+    def call_by_token(self, token: str) -> TrackedCall | None:
+        return next((c for c in self.calls.values() if c.token == token), None)
+
+    def open_calls(self) -> list[TrackedCall]:
+        return [c for c in self.calls.values() if not c.terminal]
+
+    def waiting_on(self) -> list[TrackedCall]:
+        """Calls that only something outside this step can finish."""
+        return [c for c in self.open_calls() if c.state == "deferred" or _detached(c)]
+
+    @property
+    def last_turn(self) -> UserTurn | LlmTurn | PartialUserTurn | None:
+        return self.turns[-1] if self.turns else None
+
+
+def _detached(call: TrackedCall) -> bool:
+    inner = call.disposition
+    while inner.get("tag") == "decorate":
+        inner = inner["inner"]
+    return inner.get("tag") == "runIsolated" and inner.get("attached") is False

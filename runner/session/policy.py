@@ -1,0 +1,193 @@
+"""Dispositions: what the runtime does with one tool call, and the policy that picks one.
+
+A disposition is JSON with a `tag` (runSync, runAsync, runIsolated, defer, decorate).
+`decorate` wraps an inner disposition in decorators; the first decorator is the outermost.
+A policy is any callable `(context, call) -> Disposition`; `PolicyConfig` is the one an
+agent file describes: exact-name rules, a default, and `*`-glob wrappers adding decorators.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+# --- decorators ----------------------------------------------------------------------
+
+
+class Timeout(_Spec):
+    tag: Literal["timeout"] = "timeout"
+    seconds: Annotated[float, Field(gt=0, le=86_400)]
+
+
+class Retries(_Spec):
+    """Re-run a failed call whose error says a retry can help (never bad arguments)."""
+
+    tag: Literal["retries"] = "retries"
+    count: Annotated[int, Field(ge=0, le=100)]
+    backoff_ms: Annotated[int, Field(alias="backoffMs", ge=0, le=600_000)] = 200
+
+
+class Cache(_Spec):
+    """Reuse an ok result of the same tool with the same canonical arguments."""
+
+    tag: Literal["cache"] = "cache"
+    ttl_seconds: Annotated[float | None, Field(alias="ttlSeconds", gt=0)] = None
+
+
+class Label(_Spec):
+    tag: Literal["label"] = "label"
+    label: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class Truncate(_Spec):
+    tag: Literal["truncate"] = "truncate"
+    max_bytes: Annotated[int, Field(alias="maxBytes", ge=1)]
+
+
+Decorator = Annotated[Timeout | Retries | Cache | Label | Truncate, Field(discriminator="tag")]
+
+
+# --- isolation specs -----------------------------------------------------------------
+
+
+class DockerSpec(_Spec):
+    """Run in a fresh container of `image`; unset limits keep ContainerLimits' defaults."""
+
+    tag: Literal["docker"] = "docker"
+    image: Annotated[str, Field(min_length=1)]
+    memory_bytes: Annotated[int | None, Field(alias="memoryBytes", ge=6 * 1024 * 1024)] = None
+    cpus: Annotated[float | None, Field(gt=0, le=256)] = None
+    pids: Annotated[int | None, Field(ge=1)] = None
+    tmpfs_bytes: Annotated[int | None, Field(alias="tmpfsBytes", ge=1)] = None
+    network: Annotated[str | None, Field(min_length=1)] = None
+    timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
+    max_result_bytes: Annotated[int, Field(alias="maxResultBytes", ge=1)] = 1024 * 1024
+
+
+class LocalProcessSpec(_Spec):
+    """Run `argv` as a local worker process (trusted workers only: not a sandbox)."""
+
+    tag: Literal["localProcess"] = "localProcess"
+    argv: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
+    max_result_bytes: Annotated[int, Field(alias="maxResultBytes", ge=1)] = 1024 * 1024
+
+
+IsolationSpec = Annotated[DockerSpec | LocalProcessSpec, Field(discriminator="tag")]
+
+
+# --- dispositions --------------------------------------------------------------------
+
+
+class RunSync(_Spec):
+    tag: Literal["runSync"] = "runSync"
+
+
+class RunAsync(_Spec):
+    tag: Literal["runAsync"] = "runAsync"
+
+
+class RunIsolated(_Spec):
+    tag: Literal["runIsolated"] = "runIsolated"
+    spec: IsolationSpec
+    #: Attached calls run inside the step; detached ones wait for `session run-isolated`.
+    attached: bool = True
+
+
+class Defer(_Spec):
+    tag: Literal["defer"] = "defer"
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+class Decorate(_Spec):
+    tag: Literal["decorate"] = "decorate"
+    decorators: list[Decorator]
+    inner: Disposition
+
+
+Disposition = Annotated[
+    RunSync | RunAsync | RunIsolated | Defer | Decorate, Field(discriminator="tag")
+]
+Decorate.model_rebuild()
+DISPOSITION = TypeAdapter(Disposition)
+
+
+def to_json(disposition: Any) -> dict[str, Any]:
+    return disposition.model_dump(mode="json", by_alias=True)
+
+
+def from_json(data: dict[str, Any]) -> Any:
+    return DISPOSITION.validate_python(data)
+
+
+def unwrap(disposition: Any) -> tuple[list[Any], Any]:
+    """(decorators outermost first, the innermost non-decorate disposition)."""
+    decorators: list[Any] = []
+    while isinstance(disposition, Decorate):
+        decorators.extend(disposition.decorators)
+        disposition = disposition.inner
+    return decorators, disposition
+
+
+# --- policies ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy may look at besides the call itself."""
+
+    session_id: str
+    agent_slug: str
+    turn: int
+
+
+class ToolMatch(_Spec):
+    tool: Annotated[str, Field(min_length=1)]
+
+
+class Rule(_Spec):
+    """Matches on the exact tool name."""
+
+    match: ToolMatch
+    disposition: Disposition
+
+
+class Wrapper(_Spec):
+    """Adds decorators around whatever disposition a tool gets; `*` globs in `tool`."""
+
+    match: ToolMatch
+    decorators: Annotated[list[Decorator], Field(min_length=1)]
+
+
+class PolicyConfig(_Spec):
+    default: Disposition = Field(default_factory=RunSync)
+    rules: list[Rule] = Field(default_factory=list)
+    wrappers: list[Wrapper] = Field(default_factory=list)
+
+    def __call__(self, context: PolicyContext, call: Any) -> Any:
+        chosen = next((r.disposition for r in self.rules if r.match.tool == call.name), None)
+        disposition = chosen if chosen is not None else self.default
+        decorators = [
+            d for w in self.wrappers if glob_matches(w.match.tool, call.name) for d in w.decorators
+        ]
+        if decorators:
+            return Decorate(decorators=decorators, inner=disposition)
+        return disposition
+
+
+def glob_matches(pattern: str, name: str) -> bool:
+    """`*` matches any run of characters; every other character matches itself."""
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), name) is not None
+
+
+Policy = Callable[[PolicyContext, Any], Any]

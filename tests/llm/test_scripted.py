@@ -1,0 +1,39 @@
+"""The scripted provider: the n-th assistant turn gets the n-th response."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from runner.llm import LLMError, LLMRequest, Message, RequestedCall, ScriptedLLM
+
+SCRIPT = [
+    {"text": "asking", "tool_calls": [{"name": "t", "arguments": {"a": 1}}]},
+    {"text": "got {{result:call_0_0}} and {{result:missing}}"},
+]
+
+
+def test_replays_by_turn_and_fills_results():
+    llm = ScriptedLLM(SCRIPT)
+    first = anyio.run(llm.complete, LLMRequest("", (Message("user", "go"),)))
+    assert first.tool_calls == (RequestedCall("call_0_0", "t", {"a": 1}),)
+    history = (Message("user", "go"), Message("assistant", "asking", first.tool_calls),
+               Message("tool", "42", tool_call_id="call_0_0"))  # fmt: skip
+    second = anyio.run(llm.complete, LLMRequest("", history))
+    assert second.text == "got 42 and {{result:missing}}" and second.tool_calls == ()
+    again = anyio.run(llm.complete, LLMRequest("", history))
+    assert again == second
+
+
+def test_running_out_of_script_is_an_error():
+    llm = ScriptedLLM([{"text": "only"}])
+    history = (Message("user", "a"), Message("assistant", "only"), Message("user", "b"))
+    with pytest.raises(LLMError, match="1 response"):
+        anyio.run(llm.complete, LLMRequest("", history))
+
+
+@pytest.mark.parametrize("bad", [{"txt": "x"}, {"tool_calls": [{"arguments": {}}]},
+                                 {"tool_calls": [{"name": "t", "arguments": []}]}])  # fmt: skip
+def test_bad_scripts_are_refused(bad):
+    with pytest.raises(ValueError, match=r"responses\[0\]"):
+        ScriptedLLM([bad])
