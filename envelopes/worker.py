@@ -15,14 +15,15 @@
 
 What it does for you: reads one request from stdin (bounded), answers DescribeRequest,
 refuses bad requests and unsupported versions with the right code, validates arguments
-against the tool's schema (INVALID_ARGUMENTS with the path), keeps stdout pure by pointing
-fd 1 at stderr while your tool runs (so even a child process's prints become logs),
-refuses a result larger than `limits.max_result_bytes` (LIMIT_EXCEEDED), and exits 0 for
-`ok` and 1 for `error`.
+against the tool's schema (INVALID_ARGUMENTS with the path and the rule, never the value),
+keeps stdout pure by pointing fd 1 at stderr while your tool runs (so even a child
+process's prints become logs), refuses a result larger than `limits.max_result_bytes`
+(LIMIT_EXCEEDED), and exits 0 for `ok` and 1 for `error`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -131,8 +132,7 @@ class Worker:
             return fail("UNKNOWN_TOOL", f"no tool {request.tool.name!r}; this worker has: {known}")
         problem = jsonschema.exceptions.best_match(tool.validator.iter_errors(request.arguments))
         if problem is not None:
-            where = "arguments" + "".join(f"[{p!r}]" for p in problem.absolute_path)
-            return fail("INVALID_ARGUMENTS", f"{where}: {problem.message}"[:MAX_MESSAGE])
+            return fail("INVALID_ARGUMENTS", _argument_problem(problem)[:MAX_MESSAGE])
         try:
             value = tool.handler(dict(request.arguments), request)
             result = ToolCallResult.ok(request.id, _as_output(value), request.version)
@@ -177,3 +177,15 @@ def _as_output(value: Any) -> Output:
     if isinstance(value, str):
         return TextOutput(content=value)
     return JsonOutput(content=value)
+
+
+def _argument_problem(problem: jsonschema.ValidationError) -> str:
+    """Where the arguments break the schema and which rule, never the value itself:
+    a refused value may be a secret the model pasted, and messages reach logs."""
+    where = "arguments" + "".join(f"[{p!r}]" for p in problem.absolute_path)
+    if problem.validator in ("required", "additionalProperties", "dependentRequired"):
+        return f"{where}: {problem.message}"  # names properties, not values
+    if problem.validator == "type":
+        return f"{where}: the value is not of type {problem.validator_value!r}"
+    rule = json.dumps(problem.validator_value, ensure_ascii=False)[:200]
+    return f"{where}: the value fails {problem.validator} {rule}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import ctypes
 import os
 import selectors
 import signal
@@ -42,6 +43,7 @@ DEADLINE_BACKSTOP_SECONDS = 1.0
 _POLL_SECONDS = 0.05
 #: After a SIGKILL, how long to wait for the child to be gone before giving up on it.
 _KILL_WAIT_SECONDS = 2.0
+_PR_SET_DUMPABLE = 4
 _READ_CHUNK = 1 << 20
 _WRITE_CHUNK = 1 << 16
 #: UTF-8 bytes that JSON carries as they are, and the controls with a two-byte escape.
@@ -227,6 +229,15 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def shield_from_child() -> None:
+    """Make this process non-dumpable. The child runs as the same user: without this it
+    could read or write the worker's memory and descriptors through /proc/<pid>/mem and
+    /proc/<pid>/fd (the request, the result being written). The child is dumpable again
+    after its exec, as usual; only this process is shielded."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 # --- envelope glue ---------------------------------------------------------------------
 
 
@@ -248,6 +259,7 @@ def run_for_request(
     remaining += DEADLINE_BACKSTOP_SECONDS
     if any("\0" in arg for arg in argv):
         raise ToolError("INVALID_ARGUMENTS", f"the {what} code contains a NUL character")
+    shield_from_child()
     outcome = run(
         argv,
         stdin=stdin.encode("utf-8") if stdin else None,

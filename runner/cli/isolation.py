@@ -180,7 +180,9 @@ def isolate(
     call = read_request(request, timeout, max_result_bytes)
     outcome = anyio.run(chosen.call, call)
     document = outcome.to_dict() if full else outcome.result.to_wire()
-    typer.echo(json.dumps(document, ensure_ascii=False))
+    if outcome.control_characters:  # intact in the JSON, but escaped, never interpreted
+        typer.echo("warning: the worker's output holds control or bidi characters", err=True)
+    typer.echo(json.dumps(document, ensure_ascii=outcome.control_characters))
     raise typer.Exit(0 if outcome.ok else 1)
 
 

@@ -17,8 +17,14 @@ from abc import ABC, abstractmethod
 from typing import Protocol, runtime_checkable
 
 from envelopes import codec
-from envelopes.v1 import DescribeRequest, ToolCallRequest
-from runner.isolation.outcome import CallOutcome, DescribeOutcome, Exchange, call_outcome
+from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
+from runner.isolation.outcome import (
+    CallOutcome,
+    DescribeOutcome,
+    Exchange,
+    call_outcome,
+    refused_outcome,
+)
 from runner.isolation.outcome import describe_outcome as _describe_outcome
 
 #: Cap on a DescribeResult document.
@@ -47,8 +53,16 @@ class ExchangeRunner(ABC):
         logs and labels."""
 
     async def call(self, request: ToolCallRequest) -> CallOutcome:
+        payload = codec.encode(request)
+        if len(payload) > MAX_REQUEST_BYTES:  # no worker may be asked to read past its cap
+            return refused_outcome(
+                request,
+                "INVALID_REQUEST",
+                f"the request is {len(payload)} bytes, over the cap of {MAX_REQUEST_BYTES};"
+                " no worker was started",
+            )
         exchanged = await self.exchange(
-            codec.encode(request), request.deadline_ms, request.limits.max_result_bytes, request.id
+            payload, request.deadline_ms, request.limits.max_result_bytes, request.id
         )
         return call_outcome(request, exchanged)
 

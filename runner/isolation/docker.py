@@ -13,11 +13,14 @@ would leave the container running (moby #35647).
 from __future__ import annotations
 
 import contextlib
+import json
 import selectors
 import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -32,6 +35,10 @@ from runner.isolation.containers import labels_for, sweep
 from runner.isolation.outcome import Exchange, TailBuffer
 
 MiB = 1024 * 1024
+#: Our seccomp profile (images/seccomp/generate.py): Docker's default leaves ptrace,
+#: process_vm_* and io_uring open to a non-root process; this one refuses them.
+#: Shipped inside the package, so wheel installs have it too.
+DEFAULT_SECCOMP_PROFILE = str(Path(__file__).with_name("seccomp-profile.json"))
 _FRAME_HEADER = 8
 _STDOUT, _STDERR = 1, 2
 
@@ -54,6 +61,8 @@ class ContainerLimits:
     read_only_root: bool = True
     max_stderr_bytes: int = 8 * MiB
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Path of a seccomp profile (JSON); None: the engine's own default profile instead.
+    seccomp_profile: str | None = DEFAULT_SECCOMP_PROFILE
 
     def __post_init__(self) -> None:
         positive = ("memory_bytes", "pids", "tmpfs_bytes", "shm_bytes", "open_files",
@@ -74,7 +83,7 @@ class ContainerLimits:
             read_only=self.read_only_root,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_bytes},mode=1777"},
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            security_opt=["no-new-privileges", *self._seccomp_option()],
             mem_limit=self.memory_bytes,
             memswap_limit=self.memory_bytes,
             nano_cpus=int(self.cpus * 1e9),
@@ -90,6 +99,24 @@ class ContainerLimits:
             log_config=LogConfig(type="none"),
             privileged=False,
         )
+
+    def _seccomp_option(self) -> list[str]:
+        if self.seccomp_profile is None:
+            return []
+        return [f"seccomp={_read_profile(self.seccomp_profile)}"]
+
+
+@cache
+def _read_profile(path: str) -> str:
+    """The profile's JSON, sent inline: the engine takes the content, not a path."""
+    try:
+        return json.dumps(json.loads(Path(path).read_text()), separators=(",", ":"))
+    except (OSError, ValueError) as exc:
+        raise StartFailed(
+            f"cannot use the seccomp profile {path}: {exc} (regenerate it with"
+            " images/seccomp/generate.py, or set ContainerLimits(seccomp_profile=None) for"
+            " the engine's default profile)"
+        ) from None
 
 
 _SWEPT = False

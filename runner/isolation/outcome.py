@@ -8,6 +8,7 @@ into a result envelope is the same for every runner, so it lives here once:
 
 from __future__ import annotations
 
+import re
 import signal as signals
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,6 +18,12 @@ from envelopes.v1 import RUNNER_CODE_RETRYABLE, DescribeResult, ToolCallRequest,
 
 #: How much of the worker's stderr an outcome keeps (the end, where errors are).
 STDERR_TAIL_BYTES = 64 * 1024
+
+#: Characters a terminal or an editor acts on instead of showing: C0 controls but tab, LF
+#: and CR (ESC starts ANSI sequences), DEL, C1 controls, and the Unicode bidi controls.
+_CONTROL_CHARACTERS = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 
 #: Why a runner stepped in; None when the worker ran to its own end.
 Intervention = Literal["start_failed", "timeout", "oom", "stdout_too_large", "stderr_too_large"]
@@ -54,6 +61,9 @@ class CallOutcome:
     stderr_truncated: bool
     stderr_tail: str
     runner_info: dict[str, Any]
+    #: The result or the stderr tail carries control or bidi characters (see
+    #: `has_control_characters`): they are delivered intact, but show them escaped.
+    control_characters: bool = False
 
     @property
     def ok(self) -> bool:
@@ -74,6 +84,7 @@ class CallOutcome:
             "stdout_truncated": self.stdout_truncated,
             "stderr_truncated": self.stderr_truncated,
             "stderr_tail": self.stderr_tail,
+            "control_characters": self.control_characters,
             "runner": self.runner_info,
         }
 
@@ -104,6 +115,20 @@ class TailBuffer:
 
     def tail(self) -> bytes:
         return bytes(self._data[-self.keep :])
+
+
+def has_control_characters(value: Any) -> bool:
+    """Whether any string in `value` (a str, or lists and dicts of them, keys included)
+    holds a character a terminal or editor would interpret: ANSI escapes, other controls,
+    bidi overrides. Worker output is data; whoever shows it to a person escapes it
+    (`json.dumps` with ensure_ascii=True does) when this says so."""
+    if isinstance(value, str):
+        return _CONTROL_CHARACTERS.search(value) is not None
+    if isinstance(value, dict):
+        return any(has_control_characters(k) or has_control_characters(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_control_characters(item) for item in value)
+    return False
 
 
 def _signal_name(number: int) -> str:
@@ -177,6 +202,7 @@ def call_outcome(request: ToolCallRequest, ex: Exchange) -> CallOutcome:
                     f"status {result.status!r} must come with exit status {expected_exit},"
                     f" got {ex.exit_code}",
                 )
+    stderr_tail = ex.stderr_tail.decode("utf-8", errors="replace")
     return CallOutcome(
         result=result,
         exit_code=ex.exit_code,
@@ -186,9 +212,16 @@ def call_outcome(request: ToolCallRequest, ex: Exchange) -> CallOutcome:
         stderr_bytes=ex.stderr_bytes,
         stdout_truncated=ex.stdout_truncated,
         stderr_truncated=ex.stderr_truncated,
-        stderr_tail=ex.stderr_tail.decode("utf-8", errors="replace"),
+        stderr_tail=stderr_tail,
         runner_info=ex.runner_info,
+        control_characters=has_control_characters([result.to_wire(), stderr_tail]),
     )
+
+
+def refused_outcome(request: ToolCallRequest, code: str, message: str) -> CallOutcome:
+    """The outcome of a call the runner refused before starting any worker."""
+    result = ToolCallResult.fail(request.id, code, message, False, request.version)
+    return CallOutcome(result, None, None, 0.0, 0, 0, False, False, "", {"started": False})
 
 
 def describe_outcome(ex: Exchange, max_bytes: int) -> DescribeOutcome:

@@ -192,3 +192,13 @@ async def _shell_stdout(script: str, limits: ProcessLimits) -> str:
     runner = LocalProcessRunner(["bash", "-c", f"({script}) >&2"], limits)
     outcome = await runner.call(make_request())
     return outcome.stderr_tail
+
+
+async def test_request_over_the_cap_is_refused_without_starting_a_worker(tmp_path):
+    marker = tmp_path / "started"
+    runner = LocalProcessRunner(["sh", "-c", f"touch {marker}"])
+    huge = make_request(arguments={"blob": "x" * (17 * 1024 * 1024)})
+    outcome = await runner.call(huge)
+    assert outcome.error_code == "INVALID_REQUEST"
+    assert "over the cap" in outcome.result.error.message
+    assert not marker.exists()

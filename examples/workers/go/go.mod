@@ -1,0 +1,3 @@
+module example.com/agents-runner/example-go
+
+go 1.19

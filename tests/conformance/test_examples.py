@@ -1,0 +1,127 @@
+"""The four example workers pass worker-check through both runners (eight runs), and their
+`ledger_append` writes once per idempotency key."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from envelopes.v1 import CallContext, RequestLimits, ToolCallRequest, ToolRef
+from runner.conformance import Report
+from runner.isolation import LocalProcessRunner
+from tests.conformance.conftest import (
+    EXAMPLES,
+    PYTHON,
+    docker_runner,
+    local_runner,
+    require_image,
+    require_program,
+    run_check,
+)
+
+LANGUAGES = ("bash", "python", "node", "go")
+
+
+def local_argv(language: str, request: pytest.FixtureRequest) -> list[str]:
+    if language == "bash":
+        require_program("jq")
+        return ["/bin/bash", str(EXAMPLES / "bash" / "worker.sh")]
+    if language == "python":
+        return [PYTHON, str(EXAMPLES / "python" / "worker.py")]
+    if language == "node":
+        return [require_program("node"), str(EXAMPLES / "node" / "worker.js")]
+    return [str(request.getfixturevalue("go_binary"))]
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(lang, r) for lang in LANGUAGES for r in ("local", "docker")],
+    ids=lambda p: f"{p[0]}-{p[1]}",
+)
+def example_report(request: pytest.FixtureRequest, fixtures: dict) -> Report:
+    language, runner_kind = request.param
+    if runner_kind == "local":
+        runner = local_runner(*local_argv(language, request))
+    else:
+        engine = request.getfixturevalue("engine")
+        runner = docker_runner(require_image(engine, f"agents-runner/example-{language}:latest"))
+    return run_check(runner, fixtures)
+
+
+def test_the_example_passes_every_required_check(example_report: Report) -> None:
+    failed = {c.id: c.detail for c in example_report.failed()}
+    assert failed == {}, json.dumps(example_report.to_dict(), indent=1)
+
+
+def test_the_example_exercises_the_whole_battery(example_report: Report) -> None:
+    checks = example_report.by_id()
+    expected = [
+        "describe.valid",
+        "schema.echo",
+        "schema.ledger_append",
+        "call.echo",
+        "call.ledger_append",
+        "echo.echo",
+        "limit.echo",
+        "version.2.0",
+        "version.0.9",
+        "version.1.999",
+        "request.empty",
+        "request.truncated",
+        "request.bom",
+        "request.invalid_utf8",
+        "request.duplicate_keys",
+        "request.nan",
+        "request.lone_surrogate",
+        "request.deep_nesting",
+        "request.huge_string",
+        "request.missing_field",
+        "request.unknown_fields",
+        "tool.unknown",
+        "arguments.invalid",
+        "secrets.canary",
+        "deadline.expired",
+        "stdout.pure",
+        "exit_code",
+        "output.controls",
+    ]
+    assert {i: checks[i].status for i in expected if i in checks} == dict.fromkeys(expected, "pass")
+
+
+def ledger_call(key: str, entry: str, call_id: str) -> ToolCallRequest:
+    return ToolCallRequest(
+        id=call_id,
+        tool=ToolRef(name="ledger_append"),
+        arguments={"entry": entry},
+        deadline_ms=int((time.time() + 30) * 1000),
+        limits=RequestLimits(max_result_bytes=65536),
+        context=CallContext(session_id="s1", call_id=call_id, attempt=1, idempotency_key=key),
+    )
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_ledger_append_writes_once_per_idempotency_key(
+    language: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    runner = LocalProcessRunner(local_argv(language, request), env={"LEDGER_FILE": str(ledger)})
+
+    async def calls() -> list:
+        first = await runner.call(ledger_call("k-1", "pay 42", "c1"))
+        retry = await runner.call(ledger_call("k-1", "pay 42 again", "c2"))
+        other = await runner.call(ledger_call("k-2", "pay 7", "c3"))
+        return [first, retry, other]
+
+    outcomes = anyio.run(calls)
+    contents = [o.result.output.content for o in outcomes]  # type: ignore[union-attr]
+    assert [c["appended"] for c in contents] == [True, False, True]
+    assert contents[1]["entry"] == "pay 42"  # the retry returns what was written
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert lines == [
+        {"idempotency_key": "k-1", "entry": "pay 42"},
+        {"idempotency_key": "k-2", "entry": "pay 7"},
+    ]
