@@ -1,5 +1,5 @@
 """The `agents-runner` command. Each module here registers its commands on `app`:
-isolation.py (isolate, describe, sweep), check.py (worker-check), run.py, session.py, demo.py."""
+isolation.py (isolate, describe, sweep)."""
 
 from runner.cli import (
     check,  # noqa: F401  (worker-check)
@@ -7,6 +7,7 @@ from runner.cli import (
     isolation,  # noqa: F401  (registers its commands)
     run,  # noqa: F401  (run, and the global --agent-file)
     session,  # noqa: F401  (session ...)
+    worker,  # noqa: F401  (worker)
 )
 from runner.cli.app import app
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -35,7 +36,9 @@ from runner.session import (
     with_durable_workflows,
 )
 from runner.session.execute import from_envelope
+from runner.session.leases import LeaseBusy
 from runner.session.models import LlmTurn, PartialUserTurn, UserTurn
+from runner.session.operator import CONDITIONS, conditions, explain
 from runner.session.scheduler import pending_entry
 from runner.stores import SQLiteStore, StoreError
 
@@ -67,7 +70,7 @@ def user_errors() -> Iterator[None]:
         yield
     except (AgentError, SessionError) as exc:
         fail(str(exc), 2)
-    except (StoreError, LLMError) as exc:
+    except (StoreError, LLMError, LeaseBusy) as exc:
         fail(str(exc), 1)
 
 
@@ -76,12 +79,20 @@ def open_store(path: Path) -> SQLiteStore:
         return SQLiteStore(path)
 
 
-def stored_agent(store: SQLiteStore, session_id: str) -> DurableAgent:
-    """The agent a session started with, from the store, in asynchronous mode."""
+def stored_agent(
+    store: SQLiteStore, session_id: str, agent_file: Path | None = None, **options: Any
+) -> DurableAgent:
+    """The agent a session started with, from the store (or `agent_file`, checked against
+    it when the session advances), in asynchronous mode. `options`: DurableAgent fields
+    such as migrate=True or allow_agent_change=True."""
     with user_errors():
         session = store.load(session_id)
-        agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
-    return with_durable_workflows(agent.with_mode("asynchronous"), store)
+        if agent_file is not None:
+            agent = load_agent(agent_file)
+        else:
+            agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
+    durable = with_durable_workflows(agent.with_mode("asynchronous"), store)
+    return replace(durable, **options)
 
 
 def agent_from_file(path: Path | None, store: SQLiteStore) -> DurableAgent:
@@ -176,11 +187,30 @@ def step(
 
 @session_app.command("resume")
 def resume(
-    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+    ctx: typer.Context,
+    session_id: SessionId,
+    agent_file: AgentFileOption = None,
+    migrate: Annotated[
+        bool, typer.Option("--migrate", help="upgrade a session from an older schema")
+    ] = False,
+    allow_agent_change: Annotated[
+        bool, typer.Option("--allow-agent-change", help="continue with a changed --agent-file")
+    ] = False,
+    unquarantine: Annotated[
+        bool, typer.Option("--unquarantine", help="let a quarantined session run again")
+    ] = False,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
 ) -> None:
     """Step until the final answer or the next wait (un-pauses a paused session)."""
-    agent = stored_agent(open_store(store), session_id)
-    print_report(run_async(agent.resume, session_id), as_json)
+    chosen = agent_file or (ctx.obj or {}).get("agent_file")
+    agent = stored_agent(open_store(store), session_id, chosen, migrate=migrate,
+                         allow_agent_change=allow_agent_change)  # fmt: skip
+
+    async def go() -> StepReport:
+        return await agent.resume(session_id, unquarantine=unquarantine)
+
+    print_report(run_async(go), as_json)
 
 
 @session_app.command("pause")
@@ -263,8 +293,15 @@ def wake_by_token(store: SQLiteStore, token: str, result: ToolResult, as_json: b
     agent = stored_agent(store, found.session_id)
     report = run_async(agent.wake, found.session_id, [(token, result)])
 
+    if report.conflicting:
+        fail(f"call {found.call_id} already ended with a different result; this one was"
+             " refused and nothing changed (see `session show`)", 1)  # fmt: skip
+
     def human() -> None:
-        if report.already_completed:
+        if report.late:
+            console.print(f"call {found.call_id} had expired; the result is kept as late"
+                          " and changes nothing")  # fmt: skip
+        elif report.already_completed:
             console.print(f"call {found.call_id} was already completed; nothing applied")
         else:
             console.print(f"recorded the result of {found.call_id} in session {found.session_id}")
@@ -298,25 +335,55 @@ def fail_call(
     wake_by_token(open_store(store), token, ToolResult.error("TOOL_FAILED", reason), as_json)
 
 
-@session_app.command("list")
-def list_sessions(
-    status: Annotated[str | None, typer.Option("--status", help="only this status")] = None,
+@session_app.command("retry")
+def retry(
+    token: Annotated[str, typer.Argument(help="the call's continuation token")],
+    force: Annotated[bool, typer.Option("--force", help="run it again despite the risk")] = False,
     store: StoreOption = DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
-    """List the sessions in the store."""
-    statuses = ("running", "waiting", "paused", "completed", "cancelled")
-    if status is not None and status not in statuses:
-        fail(f"--status: expected one of {', '.join(statuses)}, got {status!r}")
-    rows = open_store(store).list(status)
+    """Run a call in unknown_outcome again (needs --force: it may have had its effects)."""
+    opened = open_store(store)
+    with user_errors():
+        found = opened.find(token)
+    if found is None:
+        fail(f"no call has the continuation token {token!r} in {opened.path}")
+    agent = stored_agent(opened, found.session_id)
+
+    async def go() -> Session:
+        return await agent.retry(found.session_id, token, force=force)
+
+    session = run_async(go)
+    emit({"session_id": session.id, "status": session.status, "retried": found.call_id},
+         as_json, lambda: console.print(f"call {found.call_id} will run again"))  # fmt: skip
+
+
+@session_app.command("list")
+def list_sessions(
+    status: Annotated[str | None, typer.Option("--status", help="only this condition")] = None,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """List the sessions in the store with their conditions (see `session show`)."""
+    if status is not None and status not in CONDITIONS:
+        fail(f"--status: expected one of {', '.join(CONDITIONS)}, got {status!r}")
+    opened = open_store(store)
+    now = opened.now_ms()
+    rows = []
+    with user_errors():
+        for row in opened.list():
+            found = conditions(opened.load(row.id), opened.lease(row.id), now)
+            if status is None or status in found:
+                rows.append({**row.__dict__, "conditions": found})
 
     def human() -> None:
-        table = Table("session", "status", "agent", "version")
+        table = Table("session", "status", "conditions", "agent", "version")
         for row in rows:
-            table.add_row(row.id, row.status, row.agent_slug, str(row.version))
+            table.add_row(row["id"], row["status"], ", ".join(row["conditions"][1:]),
+                          row["agent_slug"], str(row["version"]))  # fmt: skip
         console.print(table)
 
-    emit({"sessions": [row.__dict__ for row in rows]}, as_json, human)
+    emit({"sessions": rows}, as_json, human)
 
 
 @session_app.command("show")
@@ -324,12 +391,19 @@ def show(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Show a session: its turns, its calls and their results."""
+    opened = open_store(store)
     with user_errors():
-        session = open_store(store).load(session_id)
+        session = opened.load(session_id)
+        lease, now = opened.lease(session_id), opened.now_ms()
+        late = opened.late_results(session_id)
+    why = explain(session, lease, now)
 
     def human() -> None:
         console.print(f"session [bold]{session.id}[/] ({session.agent_slug}) is "
                       f"[bold]{session.status}[/], version {session.version}")  # fmt: skip
+        console.print(why)
+        for call_id, result in late:
+            console.print(f"late result for {call_id} (kept, not applied): {result.text()[:120]}")
         for index, turn in enumerate(session.turns):
             console.print(f"[dim]{index}[/] {describe_turn(turn)}")
         table = Table("call", "tool", "state", "attempts", "result")
@@ -338,7 +412,10 @@ def show(
             table.add_row(call.id, call.tool, call.state, str(call.attempts), result[:120])
         console.print(table)
 
-    emit(json.loads(session.to_json()), as_json, human)
+    late_results = [{"call_id": c, "result": r.model_dump()} for c, r in late]
+    document = {**json.loads(session.to_json()), "why": why, "late_results": late_results,
+                "conditions": conditions(session, lease, now)}  # fmt: skip
+    emit(document, as_json, human)
 
 
 def describe_turn(turn: UserTurn | LlmTurn | PartialUserTurn) -> str:

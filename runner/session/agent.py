@@ -30,10 +30,15 @@ class _Spec(BaseModel):
 class ToolSpec(_Spec):
     """A tool the model may call. `builtin` tools are Python functions registered by name
     in runner.tools; `bash` runs a script (only isolated); `external` tools are done by
-    someone else (a deferred call completed with `session complete`)."""
+    someone else (a deferred call completed with `session complete`).
+
+    `effects` tells recovery what re-running an interrupted call could do: `none` or
+    `contained` (no network, no mounts: the sandbox is gone) are re-run; `external`
+    calls whose outcome is unknown wait for an operator instead."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
     kind: Literal["builtin", "bash", "external"] = "builtin"
+    effects: Literal["none", "contained", "external"] = "contained"
     description: str = ""
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},

@@ -4,8 +4,13 @@ Decorators wrap the call from the outside in (the first listed is the outermost)
 `timeout` bounds what it wraps, `retries` re-runs a retryable failure with jittered
 exponential backoff, `cache` answers from the tool cache (and stores ok results),
 `truncate` cuts an ok result to `maxBytes`, `label` only names the call.
-RunIsolated calls become a v1 ToolCallRequest for the runner their spec names; a runner's
-error outcome becomes a failed call whose message the model sees.
+
+Durability: every attempt is counted in the store (`checkpoint`) before it starts, and a
+retry's budget and next attempt time are stored before the backoff, so a restart neither
+resets the count nor shortens the wait. RunIsolated calls become a v1 ToolCallRequest for
+the runner their spec names, with an effect-ledger row written before the worker starts
+and completed with its result envelope; an interrupted attempt is then settled by the
+ledger (see `_recorded`), never by asking the model.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ import anyio
 import jsonschema
 from pydantic import ValidationError
 
-from envelopes.codec import describe_validation_error
+from envelopes.codec import describe_validation_error, encode
 from envelopes.v1 import CallContext, RequestLimits, ToolCallRequest, ToolCallResult, ToolRef
 from runner import tools
 from runner.isolation import CallOutcome, Runner
 from runner.session.agent import Agent
-from runner.session.models import Session, ToolResult, TrackedCall
+from runner.session.faults import crash_point
+from runner.session.models import UNKNOWN_OUTCOME, Session, ToolResult, TrackedCall, now_ms
 from runner.session.policy import (
     Cache,
     DockerSpec,
@@ -39,10 +45,15 @@ from runner.session.policy import (
     Truncate,
     unwrap,
 )
-from runner.stores.base import ToolCache
+from runner.stores.base import Effect, EffectLedger, ToolCache
 
 Run = Callable[[], Awaitable[ToolResult]]
 RunnerFactory = Callable[[DockerSpec | LocalProcessSpec], Runner]
+#: Errors a retry cannot fix, whatever the worker's `retryable` says.
+NEVER_RETRIED = frozenset({"INVALID_ARGUMENTS", "INVALID_REQUEST", "UNKNOWN_TOOL",
+                           "UNSUPPORTED_VERSION", "PERMISSION_DENIED"})  # fmt: skip
+#: Set in a local worker's environment: the runner process that owns it (see sweep.py).
+OWNER_ENV = "AGENTS_RUNNER_OWNER"  # read by sweep.py
 
 
 def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
@@ -53,12 +64,15 @@ def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
         names = ("memory_bytes", "cpus", "pids", "tmpfs_bytes", "network")
         overrides = {n: getattr(spec, n) for n in names if getattr(spec, n) is not None}
         return DockerRunner(spec.image, ContainerLimits(**overrides))
-    return LocalProcessRunner(spec.argv, env=spec.env)
+    from runner.isolation.containers import my_owner_token
+
+    return LocalProcessRunner(spec.argv, env={**spec.env, OWNER_ENV: my_owner_token()})
 
 
 @dataclass
 class CallExecutor:
-    """Everything a call may need: the agent, the session, a cache and the runners."""
+    """Everything a call may need: the agent, the session, a cache and the runners;
+    `checkpoint` commits the session as it is now (the scheduler's fenced save)."""
 
     agent: Agent
     session: Session
@@ -66,6 +80,8 @@ class CallExecutor:
     runner_factory: RunnerFactory
     deployment_runner: Runner | None = None
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    ledger: EffectLedger | None = None
+    checkpoint: Callable[[], None] = lambda: None
 
     async def run(self, call: TrackedCall, disposition: Any) -> ToolResult:
         decorators, base = unwrap(disposition)
@@ -81,7 +97,7 @@ class CallExecutor:
             case Timeout(seconds=seconds):
                 return lambda: _with_timeout(inner, seconds)
             case Retries(count=count, backoff_ms=backoff_ms):
-                return lambda: self._with_retries(inner, count, backoff_ms)
+                return lambda: self._with_retries(inner, call, count, backoff_ms)
             case Cache(ttl_seconds=ttl):
                 return lambda: self._with_cache(inner, call, ttl)
             case Truncate(max_bytes=max_bytes):
@@ -90,15 +106,23 @@ class CallExecutor:
                 return inner  # set when the call was classified
         raise TypeError(f"unknown decorator {decorator!r}")
 
-    async def _with_retries(self, inner: Run, count: int, backoff_ms: int) -> ToolResult:
-        result = await inner()
-        for attempt in range(count):
-            if result.status != "error" or not result.retryable:
-                break
-            delay_s = backoff_ms / 1000 * 2**attempt * (0.5 + random.random())
-            await self.sleep(delay_s)
+    async def _with_retries(
+        self, inner: Run, call: TrackedCall, count: int, backoff_ms: int
+    ) -> ToolResult:
+        if call.max_attempts is None:
+            call.max_attempts = count + 1
+        while True:
+            if call.next_attempt_ms is not None:  # a backoff begun before a restart, too
+                await self.sleep(max(0.0, (call.next_attempt_ms - now_ms()) / 1000))
             result = await inner()
-        return result
+            if not retryable(result) or call.attempts >= call.max_attempts:
+                call.next_attempt_ms = None
+                return result
+            call.last_error = result
+            delay_ms = backoff_ms * 2 ** (call.attempts - 1) * (0.5 + random.random())
+            call.next_attempt_ms = now_ms() + int(delay_ms)
+            self.checkpoint()
+            crash_point("retry.backoff")
 
     async def _with_cache(self, inner: Run, call: TrackedCall, ttl: float | None) -> ToolResult:
         if self.cache is None:
@@ -115,7 +139,14 @@ class CallExecutor:
 
     def _base(self, call: TrackedCall, base: Any) -> Run:
         async def attempt() -> ToolResult:
+            if isinstance(base, RunIsolated) and (recorded := self._recorded(call)):
+                return recorded
+            if call.max_attempts is not None and call.attempts >= call.max_attempts:
+                return call.last_error or ToolResult.error(
+                    "RETRIES_EXHAUSTED", f"all {call.max_attempts} attempts were used"
+                )
             call.attempts += 1
+            self.checkpoint()  # counted before it starts: a restart never resets it
             spec = self.agent.tool(call.tool)
             if spec is None:
                 return ToolResult.error("UNKNOWN_TOOL", f"the agent has no tool {call.tool!r}")
@@ -136,6 +167,36 @@ class CallExecutor:
 
         return attempt
 
+    def _recorded(self, call: TrackedCall) -> ToolResult | None:
+        """What the ledger says of the call's latest attempt, when that settles it: its
+        recorded result, or, for an attempt handed to a worker with external effects
+        and never finished, UNKNOWN_OUTCOME. None: run a new attempt."""
+        effect = self.ledger.effect(call.idempotency_key) if self.ledger else None
+        if effect is None or call.attempts == 0 or effect.attempt != call.attempts:
+            return None
+        if effect.state == "completed" and effect.result is not None:
+            if call.next_attempt_ms is not None:  # its failure was counted: back off, retry
+                return None
+            return from_envelope(ToolCallResult.model_validate_json(effect.result))
+        if effect.state == "started" and effect.effects == "external":
+            return ToolResult.error(
+                UNKNOWN_OUTCOME,
+                f"attempt {effect.attempt} was handed to its worker and the runner stopped"
+                " before the outcome was recorded; the tool has external effects, so it is"
+                " not run again until an operator decides (session complete, session fail,"
+                " or session retry --force)",
+            )
+        return None  # requested only, contained, or abandoned by an operator: run again
+
+    def _record(self, call: TrackedCall, state: str, result: str | None = None) -> None:
+        if self.ledger is None:
+            return
+        spec = self.agent.tool(call.tool)
+        self.ledger.record_effect(Effect(
+            call.idempotency_key, self.session.id, call.id, call.attempts,
+            spec.effects if spec else "external", state, result,
+        ))  # fmt: skip
+
     async def _isolated(self, call: TrackedCall, base: RunIsolated) -> ToolResult:
         spec = base.spec
         runner = self.deployment_runner or self.runner_factory(spec)
@@ -155,7 +216,17 @@ class CallExecutor:
             )
         except ValidationError as exc:
             return ToolResult.error("INVALID_ARGUMENTS", describe_validation_error(exc))
-        return from_outcome(await runner.call(request))
+        self._record(call, "requested")
+        crash_point("ledger.requested")
+        self._record(call, "started")
+        outcome = await runner.call(request)
+        self._record(call, "completed", encode(outcome.result).decode())
+        crash_point("ledger.completed")
+        return from_outcome(outcome)
+
+
+def retryable(result: ToolResult) -> bool:
+    return result.status == "error" and result.retryable and result.error_code not in NEVER_RETRIED
 
 
 def from_outcome(outcome: CallOutcome) -> ToolResult:

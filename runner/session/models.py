@@ -13,16 +13,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: Version of the session document; a store refuses documents it does not know.
-SESSION_SCHEMA_VERSION = 1
+#: Version of the session document; a store refuses documents newer than this.
+SESSION_SCHEMA_VERSION = 2
+#: What each version changed, for the message that refuses an unmigrated session.
+SCHEMA_CHANGES = {
+    2: "durable retries, deferred-call expiry, the unknown_outcome call state, quarantine",
+}
 
-CallState = Literal["ready", "running", "deferred", "completed", "failed", "expired", "cancelled"]
+CallState = Literal["ready", "running", "deferred", "unknown_outcome", "completed", "failed",
+                    "expired", "cancelled"]  # fmt: skip
 #: States a call never leaves.
 TERMINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "expired", "cancelled"})
+#: The error code of a result that says "the outcome is unknown; an operator decides".
+UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
 
 #: running: can be stepped; waiting: needs results from outside (deferred or detached
-#: isolated calls); paused: an operator stopped it; completed: final answer given.
-SessionStatus = Literal["running", "waiting", "paused", "completed", "cancelled"]
+#: isolated calls, or an operator for an unknown outcome); paused: an operator stopped it;
+#: quarantined: recovery kept killing its workers; completed: final answer given.
+SessionStatus = Literal["running", "waiting", "paused", "quarantined", "completed", "cancelled"]
 
 
 class Model(BaseModel):
@@ -115,7 +123,13 @@ class TrackedCall(Model):
     turn: int  # index of the LLM turn that asked for it
     label: str | None = None
     defer_reason: str | None = None
-    attempts: int = 0
+    attempts: int = 0  # counted in the store before each attempt starts
+    #: Retry budget (attempts in all) and when the next attempt may start (epoch ms).
+    max_attempts: int | None = None
+    next_attempt_ms: int | None = None
+    last_error: ToolResult | None = None
+    #: When a deferred call expires (epoch ms), if it has an expiry.
+    expires_ms: int | None = None
     idempotency_key: str
     result: ToolResult | None = None
     created_ms: int = Field(default_factory=now_ms)
@@ -137,6 +151,7 @@ class Session(Model):
     turns: list[Turn] = Field(default_factory=list)
     calls: dict[str, TrackedCall] = Field(default_factory=dict)
     final_answer: str | None = None
+    quarantine_reason: str | None = None
     created_ms: int = Field(default_factory=now_ms)
     updated_ms: int = Field(default_factory=now_ms)
 
@@ -164,11 +179,42 @@ class Session(Model):
 
     def waiting_on(self) -> list[TrackedCall]:
         """Calls that only something outside this step can finish."""
-        return [c for c in self.open_calls() if c.state == "deferred" or _detached(c)]
+        outside = ("deferred", "unknown_outcome")
+        return [c for c in self.open_calls() if c.state in outside or _detached(c)]
+
+    def due_ms(self) -> int | None:
+        """When a worker should next advance this session; None: only outside input can."""
+        if self.status not in ("running", "waiting"):
+            return None
+        if self.status == "running" and not self.open_calls():
+            return self.updated_ms
+        times = [c.expires_ms for c in self.open_calls()
+                 if c.state == "deferred" and c.expires_ms is not None]  # fmt: skip
+        times += [c.next_attempt_ms or self.updated_ms for c in self.open_calls()
+                  if c.state in ("ready", "running")]  # fmt: skip
+        return min(times) if times else None
 
     @property
     def last_turn(self) -> UserTurn | LlmTurn | PartialUserTurn | None:
         return self.turns[-1] if self.turns else None
+
+
+def load_document(text: str | bytes) -> Session:
+    """A stored session document; one from a newer program is refused by name."""
+    data = json.loads(text)
+    version = data.get("schema_version", 1) if isinstance(data, dict) else None
+    if isinstance(version, int) and version > SESSION_SCHEMA_VERSION:
+        raise ValueError(
+            f"session {data.get('id')} has session schema {version}, newer than this"
+            f" program's {SESSION_SCHEMA_VERSION}; upgrade agents-runner"
+        )
+    return Session.model_validate(data)
+
+
+def migrate(session: Session) -> Session:
+    """Bring an older session document to SESSION_SCHEMA_VERSION (every change so far
+    only added fields with defaults, so the document itself needs no rewriting)."""
+    return session.model_copy(update={"schema_version": SESSION_SCHEMA_VERSION})
 
 
 def _detached(call: TrackedCall) -> bool:

@@ -107,6 +107,10 @@ class RunIsolated(_Spec):
 class Defer(_Spec):
     tag: Literal["defer"] = "defer"
     reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    #: After this long without a result the call becomes `expired` (the model is told).
+    expires_after_seconds: Annotated[
+        float | None, Field(alias="expiresAfterSeconds", gt=0, le=365 * 86_400)
+    ] = None
 
 
 class Decorate(_Spec):

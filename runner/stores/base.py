@@ -5,6 +5,10 @@ files), composite.py (reads fall through, writes go to the primary).
 Every write that advances a session is a compare-and-set on its version: `save(session)`
 succeeds only if the stored version is still `session.version`, and returns the session
 with the new version; otherwise it raises VersionConflict and changes nothing.
+
+A store that also implements LeaseStore fences those writes: `save(session, fences)`
+refuses (FencedOut, zero rows changed) when any fence's token is no longer the newest
+for its lease. An EffectLedger records every isolated call before and after it runs.
 """
 
 from __future__ import annotations
@@ -40,6 +44,44 @@ class VersionConflict(StoreError):
         self.actual = actual
 
 
+class FencedOut(StoreError):
+    """A commit carrying a fencing token that a newer lease holder has superseded."""
+
+    def __init__(self, name: str, token: int, newest: int | None) -> None:
+        super().__init__(
+            f"lease {name!r}: fencing token {token} is stale (newest {newest}); another"
+            " holder took over, this commit changed nothing"
+        )
+        self.name, self.token, self.newest = name, token, newest
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to advance one thing (a session) until `expires_ms` (database time).
+    `fencing_token` only grows; `takeovers` counts holders that died in a row."""
+
+    name: str
+    owner: str
+    fencing_token: int
+    expires_ms: int
+    takeovers: int = 0
+
+
+@dataclass(frozen=True)
+class Effect:
+    """An effect-ledger row: one isolated call's latest attempt and what became of it.
+    state: requested (before the worker starts), started (handed to the runner),
+    completed (`result` is the ToolCallResult envelope), abandoned (an operator said so)."""
+
+    idempotency_key: str
+    session_id: str
+    call_id: str
+    attempt: int
+    effects: str
+    state: str
+    result: str | None
+
+
 @dataclass(frozen=True)
 class SessionSummary:
     id: str
@@ -66,13 +108,31 @@ class SessionStore(Protocol):
 
     def load(self, session_id: str) -> Session: ...
 
-    def save(self, session: Session) -> Session:
+    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
         """Compare-and-set on `session.version`; returns the session as stored."""
         ...
 
     def agent_document(self, agent_hash: str) -> dict[str, Any]: ...
 
     def list(self, status: str | None = None) -> list[SessionSummary]: ...
+
+
+class LeaseStore(Protocol):
+    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
+        """A new lease with a newer token, or None while a live holder has it."""
+        ...
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        """Extend a lease still held; FencedOut when someone took it over."""
+        ...
+
+    def release_lease(self, lease: Lease) -> None: ...
+
+
+class EffectLedger(Protocol):
+    def effect(self, idempotency_key: str) -> Effect | None: ...
+
+    def record_effect(self, effect: Effect) -> None: ...
 
 
 class ContinuationStore(Protocol):

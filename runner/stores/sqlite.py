@@ -4,7 +4,9 @@ Migrations are numbered and recorded in `schema_migrations`; opening a file appl
 missing ones in one transaction and refuses a file from a newer version of this program.
 A session row holds the session document and its version; `save` is
 `UPDATE ... WHERE id = ? AND version = ?`, so a stale writer changes zero rows and gets
-VersionConflict. Continuation tokens are indexed in their own table, written in the same
+VersionConflict; with fences, the same transaction first checks that each lease's token is
+still the newest (FencedOut otherwise). Lease expiry is measured in database time.
+Continuation tokens are indexed in their own table, written in the same
 transaction as the session, so `session complete TOKEN` is a key lookup, not a scan.
 """
 
@@ -13,14 +15,19 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runner.session.models import Session, ToolResult
+from runner.session.faults import crash_point
+from runner.session.models import Session, ToolResult, load_document
 from runner.stores.base import (
     Continuation,
+    Effect,
+    FencedOut,
+    Lease,
     SessionNotFound,
     SessionSummary,
     StoreError,
@@ -62,8 +69,41 @@ MIGRATIONS: list[str] = [
         expires_ms INTEGER
     );
     """,
+    # 2: durability: leases with fencing tokens, the effect ledger, late results, and
+    # `due_ms` (when a worker should next look at a session; NULL: only outside input).
+    """
+    ALTER TABLE sessions ADD COLUMN due_ms INTEGER;
+    CREATE INDEX sessions_by_due ON sessions (due_ms);
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY,
+        owner TEXT,
+        expires_ms INTEGER NOT NULL,
+        fencing_token INTEGER NOT NULL,
+        takeovers INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE effects (
+        idempotency_key TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        effects TEXT NOT NULL,
+        state TEXT NOT NULL,
+        result TEXT,
+        requested_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL
+    );
+    CREATE TABLE late_results (
+        token TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        result TEXT NOT NULL,
+        received_ms INTEGER NOT NULL
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+#: Database time in epoch milliseconds: one clock for every process sharing the file.
+DB_NOW = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 
 
 def _now_ms() -> int:
@@ -71,7 +111,7 @@ def _now_ms() -> int:
 
 
 class SQLiteStore:
-    """Sessions, continuations and the tool cache in one SQLite database file."""
+    """Sessions, leases, the effect ledger, continuations and the tool cache in one file."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
         self.path = Path(path)
@@ -95,6 +135,7 @@ class SQLiteStore:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
+            crash_point("store.commit")  # inside the transaction: all or nothing
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
@@ -121,26 +162,37 @@ class SQLiteStore:
     def schema_version(self) -> int:
         return self.db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0]
 
+    def now_ms(self) -> int:
+        """Database time: what leases and expiries are measured against."""
+        return self.db.execute(f"SELECT {DB_NOW}").fetchone()[0]
+
     # --- sessions ----------------------------------------------------------------------
 
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
         stored = session.model_copy(update={"version": session.version or 1})
         with self._transaction() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO agents VALUES (?, ?)",
-                (session.agent_hash, json.dumps(agent_document, sort_keys=True)),
-            )
+            self._put_agent(db, session.agent_hash, agent_document)
             try:
                 db.execute(
-                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (stored.id, stored.version, stored.status, stored.agent_slug, stored.agent_hash,
                      stored.schema_version, stored.to_json(), stored.created_ms,
-                     stored.updated_ms),
+                     stored.updated_ms, stored.due_ms()),
                 )  # fmt: skip
             except sqlite3.IntegrityError:
                 raise StoreError(f"session {session.id} already exists") from None
             self._index_tokens(db, stored)
         return stored
+
+    def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
+        with self._transaction() as db:
+            self._put_agent(db, agent_hash, agent_document)
+
+    def _put_agent(self, db: sqlite3.Connection, agent_hash: str, document: dict[str, Any]) -> None:
+        db.execute(
+            "INSERT OR IGNORE INTO agents VALUES (?, ?)",
+            (agent_hash, json.dumps(document, sort_keys=True)),
+        )
 
     def load(self, session_id: str) -> Session:
         row = self.db.execute(
@@ -148,16 +200,27 @@ class SQLiteStore:
         ).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
-        return Session.from_json(row[0]).model_copy(update={"version": row[1]})
+        try:
+            session = load_document(row[0])
+        except ValueError as exc:
+            raise StoreError(f"cannot read session {session_id}: {exc}") from None
+        return session.model_copy(update={"version": row[1]})
 
-    def save(self, session: Session) -> Session:
+    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": _now_ms()})  # fmt: skip
         with self._transaction() as db:
+            for fence in fences:
+                row = db.execute(
+                    "SELECT fencing_token FROM leases WHERE name = ?", (fence.name,)
+                ).fetchone()
+                if row is None or row[0] != fence.fencing_token:
+                    raise FencedOut(fence.name, fence.fencing_token, row[0] if row else None)
             changed = db.execute(
-                "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?"
-                " WHERE id = ? AND version = ?",
+                "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?,"
+                " due_ms = ?, agent_hash = ?, schema_version = ? WHERE id = ? AND version = ?",
                 (stored.version, stored.status, stored.to_json(), stored.updated_ms,
+                 stored.due_ms(), stored.agent_hash, stored.schema_version,
                  session.id, session.version),
             ).rowcount  # fmt: skip
             if changed == 0:
@@ -190,6 +253,109 @@ class SQLiteStore:
             (status,) if status else (),
         ).fetchall()
         return [SessionSummary(*row) for row in rows]
+
+    def due_sessions(self, limit: int, exclude: Collection[str] = ()) -> list[str]:
+        """Sessions a worker can advance now: due, and not leased by a live holder."""
+        rows = self.db.execute(
+            f"SELECT s.id FROM sessions s LEFT JOIN leases l ON l.name = s.id"
+            f" WHERE s.due_ms <= {DB_NOW} AND s.status IN ('running', 'waiting')"
+            f" AND (l.owner IS NULL OR l.expires_ms <= {DB_NOW})"
+            f" ORDER BY s.due_ms LIMIT ?",
+            (limit + len(exclude),),
+        ).fetchall()
+        return [r[0] for r in rows if r[0] not in exclude][:limit]
+
+    # --- leases ------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
+        with self._transaction() as db:
+            now = db.execute(f"SELECT {DB_NOW}").fetchone()[0]
+            row = db.execute(
+                "SELECT owner, expires_ms, fencing_token, takeovers FROM leases WHERE name = ?",
+                (name,),
+            ).fetchone()
+            held_by, expires, token, takeovers = row or (None, 0, 0, 0)
+            if held_by is not None and expires > now:
+                return None
+            # A lease left behind (never released) means its holder died: count it.
+            takeovers = takeovers + 1 if held_by is not None else 0
+            lease = Lease(name, owner, token + 1, now + int(ttl_s * 1000), takeovers)
+            db.execute(
+                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
+                (name, owner, lease.expires_ms, lease.fencing_token, takeovers),
+            )
+        return lease
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        with self._transaction() as db:
+            expires = db.execute(f"SELECT {DB_NOW}").fetchone()[0] + int(ttl_s * 1000)
+            changed = db.execute(
+                "UPDATE leases SET expires_ms = ? WHERE name = ? AND fencing_token = ?",
+                (expires, lease.name, lease.fencing_token),
+            ).rowcount
+            if changed == 0:
+                raise FencedOut(lease.name, lease.fencing_token, self._token(db, lease.name))
+        return replace(lease, expires_ms=expires)
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up cleanly (a clean release resets the takeover count)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE leases SET owner = NULL, expires_ms = 0, takeovers = 0"
+                " WHERE name = ? AND fencing_token = ?",
+                (lease.name, lease.fencing_token),
+            )
+
+    def lease(self, name: str) -> Lease | None:
+        """The lease as stored, if anyone holds or held it (owner '' when released)."""
+        row = self.db.execute(
+            "SELECT owner, fencing_token, expires_ms, takeovers FROM leases WHERE name = ?",
+            (name,),
+        ).fetchone()
+        return Lease(name, row[0] or "", row[1], row[2], row[3]) if row else None
+
+    def _token(self, db: sqlite3.Connection, name: str) -> int | None:
+        row = db.execute("SELECT fencing_token FROM leases WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    # --- the effect ledger -------------------------------------------------------------
+
+    def effect(self, idempotency_key: str) -> Effect | None:
+        row = self.db.execute(
+            "SELECT idempotency_key, session_id, call_id, attempt, effects, state, result"
+            " FROM effects WHERE idempotency_key = ?",
+            (idempotency_key,),
+        ).fetchone()
+        return Effect(*row) if row else None
+
+    def record_effect(self, effect: Effect) -> None:
+        now = _now_ms()
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO effects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (idempotency_key) DO UPDATE SET attempt = excluded.attempt,"
+                " effects = excluded.effects, state = excluded.state, result = excluded.result,"
+                " updated_ms = excluded.updated_ms",
+                (effect.idempotency_key, effect.session_id, effect.call_id, effect.attempt,
+                 effect.effects, effect.state, effect.result, now, now),
+            )  # fmt: skip
+
+    # --- late results ------------------------------------------------------------------
+
+    def record_late(self, token: str, session_id: str, call_id: str, result: ToolResult) -> None:
+        """Keep a result that came after its call ended (it never revives the call)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO late_results VALUES (?, ?, ?, ?, ?)",
+                (token, session_id, call_id, result.model_dump_json(), _now_ms()),
+            )
+
+    def late_results(self, session_id: str) -> list[tuple[str, ToolResult]]:
+        rows = self.db.execute(
+            "SELECT call_id, result FROM late_results WHERE session_id = ? ORDER BY received_ms",
+            (session_id,),
+        ).fetchall()
+        return [(r[0], ToolResult.model_validate_json(r[1])) for r in rows]
 
     # --- continuations -----------------------------------------------------------------
 

@@ -67,8 +67,10 @@ def test_the_walkthrough_start_resume_pending_complete_twice_resume(workspace):
     assert first["applied"] == [tokens["remote_a"]] and first["open_calls"] == 1
     second = js(workspace, "session", "complete", tokens["remote_b"], "b.txt")
     assert second["open_calls"] == 0 and second["status"] == "running"
-    again = js(workspace, "session", "complete", tokens["remote_b"], "a.json")
+    again = js(workspace, "session", "complete", tokens["remote_b"], "b.txt")
     assert again["applied"] == [] and again["already_completed"] == [tokens["remote_b"]]
+    refused = cli(workspace, "session", "complete", tokens["remote_b"], "a.json", code=1)
+    assert "already ended with a different result" in refused.stderr
     final = js(workspace, "session", "resume", sid)
     assert final["status"] == "completed"
     assert final["final_answer"] == (

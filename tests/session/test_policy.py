@@ -32,7 +32,7 @@ def test_rules_match_the_exact_name_and_wrappers_add_decorators_in_order():
     fetch = classify("fetch")
     assert fetch["tag"] == "decorate"
     assert [d["tag"] for d in fetch["decorators"]] == ["label", "timeout"]
-    assert fetch["inner"] == {"tag": "defer", "reason": "later"}
+    assert fetch["inner"] == {"tag": "defer", "reason": "later", "expiresAfterSeconds": None}
     # "fetch_more" matches no rule (exact names only), but the `fetch*` wrapper.
     other = classify("fetch_more")
     assert other["inner"] == {"tag": "runAsync"}

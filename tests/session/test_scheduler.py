@@ -46,8 +46,10 @@ def test_wake_is_idempotent_and_refuses_unknown_tokens(durable):
     assert agent.store.load(session.id).calls["b"].state == "deferred"  # nothing applied
     first = anyio.run(agent.wake, session.id, [(token, ToolResult.ok("R"))])
     assert first.applied == (token,) and first.session.status == "running"
-    again = anyio.run(agent.wake, session.id, [(token, ToolResult.ok("other"))])
+    again = anyio.run(agent.wake, session.id, [(token, ToolResult.ok("R"))])
     assert again.applied == () and again.already_completed == (token,)
+    other = anyio.run(agent.wake, session.id, [(token, ToolResult.ok("other"))])
+    assert other.applied == () and other.conflicting == (token,)
     assert agent.store.load(session.id).calls["b"].result.content == "R"
     final = anyio.run(agent.resume, session.id)
     assert final.status == "completed" and final.session.final_answer == "done: {} R"

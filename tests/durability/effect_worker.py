@@ -1,0 +1,21 @@
+"""A worker with an external effect the tests can count: it appends the request's
+idempotency key to LOG (argv[1]) and answers ok. With argv[2] = SECONDS it first writes
+LOG.started and sleeps, so a test can kill its runner while it runs. Standard library
+only (run with -S), so a call costs little more than a process start."""
+
+import json
+import os
+import sys
+import time
+
+request = json.loads(sys.stdin.read())
+log = sys.argv[1]
+if len(sys.argv) > 2:
+    with open(log + ".started", "a") as marker:
+        marker.write(f"{os.getpid()}\n")
+    time.sleep(float(sys.argv[2]))
+with open(log, "a") as effects:
+    effects.write(request["context"]["idempotency_key"] + "\n")
+answer = {"kind": "ToolCallResult", "version": "1.0", "id": request["id"], "status": "ok",
+          "output": {"type": "text", "content": f"charged {request['arguments']}"}}  # fmt: skip
+sys.stdout.write(json.dumps(answer))

@@ -1,0 +1,193 @@
+"""The crash matrix: the real CLI killed with SIGKILL at named points, then recovered.
+Each test asserts the invariant (how often the external effect happened, what the
+ledger and the session say), not only that something finished."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+
+import pytest
+
+from tests.durability.conftest import Workspace, agent_document
+
+KILLED = -signal.SIGKILL
+
+
+def wait_for(predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_1_killed_after_the_llm_response_the_step_runs_again_once(ws: Workspace):
+    sid = ws.start(agent_document(ws.log))
+    ws.cli("session", "resume", sid, crash_at="llm.response", code=KILLED)
+    assert ws.effects() == []
+    final = ws.js("session", "resume", sid)
+    assert final["status"] == "completed" and ws.effects() == [f"{sid}/c0"]
+
+
+def test_2_killed_after_ledger_requested_the_call_is_dispatched_exactly_once(ws: Workspace):
+    sid = ws.start(agent_document(ws.log))
+    ws.cli("session", "resume", sid, crash_at="ledger.requested", code=KILLED)
+    assert ws.effects() == []
+    assert ws.js("session", "resume", sid)["status"] == "completed"
+    assert ws.effects() == [f"{sid}/c0"]
+
+
+def test_4_killed_after_the_worker_finished_the_recorded_outcome_is_used(ws: Workspace):
+    sid = ws.start(agent_document(ws.log))
+    ws.cli("session", "resume", sid, crash_at="ledger.completed", code=KILLED)
+    assert ws.effects() == [f"{sid}/c0"]
+    final = ws.js("session", "resume", sid)
+    assert final["status"] == "completed" and "charged" in final["final_answer"]
+    assert ws.effects() == [f"{sid}/c0"]  # not repeated
+
+
+@pytest.mark.parametrize("effects", ["external", "contained"])
+def test_3_killed_while_the_local_worker_runs(ws: Workspace, effects: str):
+    sid = ws.start(agent_document(ws.log, effects=effects, sleep_s=3))
+    runner = ws.popen("session", "resume", sid)
+    started = ws.log.with_name(ws.log.name + ".started")
+    wait_for(started.exists)
+    worker_pid = int(started.read_text().split()[0])
+    runner.send_signal(signal.SIGKILL)
+    runner.wait(timeout=30)
+    report = ws.js("session", "resume", sid)  # takes over, sweeps the orphan, recovers
+    wait_for(lambda: not os.path.exists(f"/proc/{worker_pid}"), 10)
+    if effects == "external":
+        assert report["status"] == "waiting" and ws.effects() == []
+        shown = ws.js("session", "show", sid)
+        assert shown["calls"]["c0"]["state"] == "unknown_outcome"
+        assert "unknown_outcome" in shown["conditions"] and "retry" in shown["why"]
+        listed = ws.js("session", "list", "--status", "unknown_outcome")["sessions"]
+        assert [s["id"] for s in listed] == [sid]
+        token = shown["calls"]["c0"]["token"]
+        refused = ws.cli("session", "retry", token, code=2)
+        assert "--force" in refused.stderr
+        ws.js("session", "retry", token, "--force")
+        assert ws.js("session", "resume", sid)["status"] == "completed"
+        assert ws.effects() == [f"{sid}/c0"]
+    else:
+        assert report["status"] == "completed" and ws.effects() == [f"{sid}/c0"]
+
+
+def test_7_duplicate_and_conflicting_completion_of_an_unknown_outcome(ws: Workspace):
+    sid = ws.start(agent_document(ws.log, sleep_s=3))
+    runner = ws.popen("session", "resume", sid)
+    wait_for(ws.log.with_name(ws.log.name + ".started").exists)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait(timeout=30)
+    ws.js("session", "resume", sid)
+    token = ws.js("session", "show", sid)["calls"]["c0"]["token"]
+    (ws.root / "r.json").write_text('{"charged": true}')
+    (ws.root / "other.json").write_text('{"charged": false}')
+    first = ws.js("session", "complete", token, str(ws.root / "r.json"))
+    assert first["applied"] == [token]
+    again = ws.js("session", "complete", token, str(ws.root / "r.json"))
+    assert again["applied"] == [] and again["already_completed"] == [token]
+    refused = ws.cli("session", "complete", token, str(ws.root / "other.json"), code=1)
+    assert "different result" in refused.stderr
+    final = ws.js("session", "resume", sid)
+    assert final["final_answer"] == 'done {"charged": true}' and ws.effects() == []
+
+
+def test_9_killed_during_retry_backoff_attempts_never_exceed_the_budget(ws: Workspace):
+    # A worker that always fails with a retryable error: 1 + 2 retries = 3 attempts.
+    document = agent_document(ws.log, decorators=[{"tag": "retries", "count": 2,
+                                                   "backoffMs": 50}])  # fmt: skip
+    document["toolCallPolicyConfig"]["default"]["inner"]["spec"]["argv"][2:] = [
+        str(ws.root / "unavailable.py")]  # fmt: skip
+    (ws.root / "unavailable.py").write_text(
+        "import json, sys\nr = json.loads(sys.stdin.read())\n"
+        f"open({str(ws.log)!r}, 'a').write(r['context']['idempotency_key'] + '\\n')\n"
+        "print(json.dumps({'kind': 'ToolCallResult', 'version': '1.0', 'id': r['id'],"
+        " 'status': 'error', 'error': {'code': 'UNAVAILABLE', 'message': 'down',"
+        " 'retryable': True}}))\n"
+        "sys.exit(1)\n"
+    )
+    sid = ws.start(document)
+    kills = 0
+    while True:
+        done = ws.cli("session", "resume", sid, "--json", crash_at="retry.backoff", code=None)
+        if done.returncode != KILLED:
+            break
+        kills += 1
+        assert kills <= 5
+    shown = ws.js("session", "show", sid)
+    call = shown["calls"]["c0"]
+    assert kills == 2 and len(ws.effects()) == 3 and call["attempts"] == 3, (call, done.stdout)
+    assert call["state"] == "failed" and call["result"]["error_code"] == "UNAVAILABLE"
+    assert shown["status"] == "completed"
+
+
+def test_10_a_poison_session_is_quarantined_after_the_bound(ws: Workspace):
+    sid = ws.start(agent_document(ws.log))
+    kills = 0
+    while True:
+        done = ws.cli("session", "resume", sid, "--json", crash_at="llm.response", code=None)
+        if done.returncode != KILLED:
+            break
+        kills += 1
+        assert kills <= 5
+    assert kills == 3 and done.returncode == 2 and "is quarantined" in done.stderr
+    shown = ws.js("session", "show", sid)
+    assert shown["status"] == "quarantined" and "3 holders in a row died" in shown["why"]
+    listed = ws.js("session", "list", "--status", "quarantined")["sessions"]
+    assert [s["id"] for s in listed] == [sid]
+    final = ws.js("session", "resume", sid, "--unquarantine")
+    assert final["status"] == "completed" and ws.effects() == [f"{sid}/c0"]
+
+
+def test_11_a_changed_agent_is_refused_by_name(ws: Workspace):
+    document = agent_document(ws.log)
+    document["toolCallPolicyConfig"]["default"] = {"tag": "defer", "reason": "later"}
+    sid = ws.start(document)
+    assert ws.js("session", "resume", sid)["status"] == "waiting"
+    changed = {**document, "systemPrompt": "be brief"}
+    changed["system_prompt"] = "be brief"
+    del changed["systemPrompt"]
+    (ws.root / "v2.json").write_text(__import__("json").dumps(changed))
+    refused = ws.cli("session", "resume", sid, "--agent-file", "v2.json", code=2)
+    assert "changed: system_prompt" in refused.stderr and "--allow-agent-change" in refused.stderr
+    ws.js("session", "resume", sid, "--agent-file", "v2.json", "--allow-agent-change")
+    ws.js("session", "resume", sid)  # the session now runs the new definition
+
+
+def test_12_killed_inside_sqlite_commits_many_times(ws: Workspace):
+    sid = ws.start(agent_document(ws.log, effects="contained", calls=3))
+    for nth in range(1, 9):  # every transaction in turn, each killed before COMMIT
+        # (these kills are not poison: --unquarantine keeps the session going)
+        ws.cli("session", "resume", sid, "--unquarantine", crash_at=f"store.commit@{nth}",
+               code=None)  # fmt: skip
+        with sqlite3.connect(ws.store) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        shown = ws.js("session", "show", sid)
+        kinds = [t["kind"] for t in shown["turns"]]
+        assert kinds in (["user"], ["user", "llm", "partial_user"],
+                         ["user", "llm", "user"], ["user", "llm", "user", "llm"])  # fmt: skip
+        if kinds[-1] == "user" and len(kinds) == 3:  # a whole turn of results, never part
+            assert len(shown["turns"][2]["tool_results"]) == 3
+    final = ws.js("session", "resume", sid, "--unquarantine")
+    assert final["status"] == "completed"
+    assert sorted(set(ws.effects())) == [f"{sid}/c{i}" for i in range(3)]
+
+
+def test_13_completed_deferred_calls_are_kept_after_a_kill(ws: Workspace):
+    document = agent_document(ws.log, calls=3)
+    document["toolCallPolicyConfig"]["default"] = {"tag": "defer", "reason": "later"}
+    sid = ws.start(document)
+    ws.js("session", "resume", sid)
+    tokens = {c: v["token"] for c, v in ws.js("session", "show", sid)["calls"].items()}
+    (ws.root / "r.json").write_text('"R"')
+    ws.js("session", "complete", tokens["c0"], "r.json")
+    ws.cli("session", "complete", tokens["c1"], "r.json", crash_at="store.commit", code=KILLED)
+    pending = ws.js("session", "pending", sid)["pending"]
+    assert {p["tool_call_id"] for p in pending} == {"c1", "c2"}  # c0 is kept, never asked for
+    for call in ("c1", "c2"):
+        ws.js("session", "complete", tokens[call], "r.json")
+    assert ws.js("session", "resume", sid)["final_answer"] == "done R R R"

@@ -1,0 +1,63 @@
+"""Worker daemons on one store: every call runs exactly once, and SIGTERM drains."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+from runner.session import parse_agent, with_durable_workflows
+from runner.stores import SQLiteStore
+from tests.durability.conftest import Workspace, agent_document
+
+
+def test_three_workers_run_200_isolated_calls_exactly_once(ws: Workspace):
+    store = SQLiteStore(ws.store)
+    agent = with_durable_workflows(parse_agent(agent_document(ws.log, calls=10)), store)
+    sessions = [agent.start("go").id for _ in range(20)]
+    # A 1 s lease can lapse on a loaded 2-core machine (a takeover then turns the call in
+    # flight into unknown_outcome, never a second run); 20 s keeps this test about counts.
+    workers = [ws.popen("worker", "--concurrency", "3", "--poll-seconds", "0.05",
+                        "--exit-when-idle", lease_s="20") for _ in range(3)]  # fmt: skip
+    errors = []
+    for worker in workers:
+        _, err = worker.communicate(timeout=300)
+        assert worker.returncode == 0, err
+        errors += [line for line in err.splitlines() if "Error" in line]
+    assert errors == []
+    keys = ws.effects()
+    missing = [(s, c.id, c.state, c.result) for s in sessions
+               for c in store.load(s).calls.values() if f"{s}/{c.id}" not in keys]  # fmt: skip
+    assert missing == []
+    assert len(keys) == 200 and len(set(keys)) == 200
+    assert {store.load(s).status for s in sessions} == {"completed"}
+
+
+def test_sigterm_drains_the_call_in_flight_and_exits(ws: Workspace):
+    store = SQLiteStore(ws.store)
+    agent = with_durable_workflows(parse_agent(agent_document(ws.log, sleep_s=1.5)), store)
+    sid = agent.start("go").id
+    worker = ws.popen("worker", "--poll-seconds", "0.05")
+    started = ws.log.with_name(ws.log.name + ".started")
+    for _ in range(1200):  # bounded wait for the worker to start the call
+        if started.exists():
+            break
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)
+    _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err
+    assert "draining" in err
+    assert store.load(sid).status == "completed" and ws.effects() == [f"{sid}/c0"]
+    assert store.lease(sid).owner == ""  # released, not left to expire
+    assert json.loads(err.splitlines()[0])["message"]
+
+
+def test_two_processes_racing_for_one_session_run_its_call_once(ws: Workspace):
+    store = SQLiteStore(ws.store)
+    agent = with_durable_workflows(parse_agent(agent_document(ws.log, sleep_s=0.5)), store)
+    sid = agent.start("go").id
+    racers = [ws.popen("session", "resume", sid, "--json") for _ in range(2)]
+    outcomes = [r.communicate(timeout=120) for r in racers]
+    assert all(r.returncode == 0 for r in racers), outcomes
+    assert ws.effects() == [f"{sid}/c0"]
+    assert store.load(sid).status == "completed"
