@@ -8,6 +8,9 @@ Lifecycle of one call, top to bottom:
 
 The host owns the deadline: it kills and removes the container itself; killing a client
 would leave the container running (moby #35647).
+
+`converse` is that lifecycle from the write on, whoever made the container: a cold start
+here, or a warm container from pool.py, which uses the same steps.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import selectors
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -147,42 +150,74 @@ class DockerRunner(ExchangeRunner):
     async def exchange(
         self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
     ) -> Exchange:
+        async def cold_start() -> Started:
+            return await self.start_container(call_label)
+
+        return await self.converse(payload, deadline_ms, stdout_cap, cold_start)
+
+    async def start_container(self, call_label: str, role: str = "call") -> Started:
+        """Create, attach and start a container whose worker then waits on stdin."""
+        await _sweep_once(self)
+        return await anyio.to_thread.run_sync(self._create_and_start, call_label, role)
+
+    async def converse(
+        self,
+        payload: bytes,
+        deadline_ms: int,
+        stdout_cap: int,
+        acquire: Callable[[], Awaitable[Started]],
+        release: Callable[[Started], Awaitable[None]] | None = None,
+    ) -> Exchange:
+        """The one call lifecycle, whoever started the container: take it from
+        `acquire` (a cold start, or a warm pool), write the request, read the reply
+        under caps and the deadline, collect the exit status, and remove the container
+        whatever happens: here, or by `release` (a pool removes it in its own background
+        task, off the call's path). The deadline is the request's: it starts when the
+        call does, not when the container was made."""
         ex = Exchange(runner_info={"runner": "docker", "image": self.image})
-        started = time.monotonic()
+        started_at = time.monotonic()
         if seconds_until(deadline_ms) <= 0:
             ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
             return ex
-        container_id: str | None = None
+        container: Started | None = None
         try:
             try:
-                await _sweep_once(self)
-                container_id, sock = await anyio.to_thread.run_sync(
-                    self._create_and_start, call_label
-                )
+                container = await acquire()
             except StartFailed as exc:
                 ex.intervention, ex.detail = "start_failed", str(exc)
                 return ex
-            ex.runner_info["container"] = container_id[:12]
+            ex.runner_info["container"] = container.id[:12]
+            ex.runner_info["pooled"] = container.pooled
             stream = await anyio.to_thread.run_sync(
                 _pump,
-                sock,
+                container.sock,
                 payload,
                 deadline_ms,
                 stdout_cap,
                 self.limits.max_stderr_bytes,
                 abandon_on_cancel=True,
             )
-            await anyio.to_thread.run_sync(self._finish, container_id, stream, ex)
+            await anyio.to_thread.run_sync(self._finish, container.id, stream, ex)
         finally:
-            if container_id is not None:
+            if container is not None:
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._remove, container_id)
-            ex.duration_ms = (time.monotonic() - started) * 1000
+                    if release is not None:
+                        await release(container)
+                    else:
+                        await anyio.to_thread.run_sync(self.discard, container)
+            ex.duration_ms = (time.monotonic() - started_at) * 1000
         return ex
+
+    def discard(self, container: Started) -> None:
+        """Close our end of its streams and remove it (blocking)."""
+        with contextlib.suppress(OSError):
+            container.sock.shutdown(socket.SHUT_RDWR)
+        container.sock.close()
+        self._remove(container.id)
 
     # --- steps, each run in a worker thread (the docker SDK blocks) -------------------
 
-    def _create_and_start(self, call_label: str) -> tuple[str, socket.socket]:
+    def _create_and_start(self, call_label: str, role: str = "call") -> Started:
         api = self.api()
         try:
             created = api.create_container(
@@ -194,7 +229,7 @@ class DockerRunner(ExchangeRunner):
                 working_dir="/tmp",
                 hostname=None if self.limits.network == "host" else "sandbox",
                 network_disabled=self.limits.network == "none",
-                labels=labels_for(call_label),
+                labels=labels_for(call_label, role=role),
                 host_config=self.limits.host_config(api),
             )
         except docker.errors.ImageNotFound:
@@ -213,6 +248,8 @@ class DockerRunner(ExchangeRunner):
                 raise StartFailed(
                     "the engine would not apply every limit: " + "; ".join(created["Warnings"])
                 )
+            # Attached before the start, so nothing the worker writes can be missed, and
+            # kept with the container until its one call reads it.
             attached = api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
@@ -222,7 +259,7 @@ class DockerRunner(ExchangeRunner):
             if isinstance(exc, docker.errors.APIError):
                 raise StartFailed(f"the container did not start: {exc.explanation}") from None
             raise
-        return container_id, attached._sock
+        return Started(container_id, attached._sock, pooled=role == "pool")
 
     def _finish(self, container_id: str, stream: _Stream, ex: Exchange) -> None:
         api = self.api()
@@ -260,12 +297,27 @@ class StartFailed(Exception):
     pass
 
 
+@dataclass
+class Started:
+    """A created and started container whose worker waits on stdin, with the attach
+    socket made before its start (the only way its output is read)."""
+
+    id: str
+    sock: socket.socket
+    pooled: bool = False
+    started_at: float = field(default_factory=time.monotonic)
+
+
 async def _sweep_once(runner: DockerRunner) -> None:
     """Remove containers left by dead runners, once per process, before the first call."""
     global _SWEPT
     if not _SWEPT:
         _SWEPT = True
-        await anyio.to_thread.run_sync(sweep, runner.api())
+        try:
+            await anyio.to_thread.run_sync(sweep, runner.api())
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            _SWEPT = False  # try again with the next call
+            raise StartFailed(f"cannot reach the Docker engine: {exc}") from None
 
 
 @dataclass

@@ -1,0 +1,172 @@
+"""WarmPool against the real engine: one call per container, nothing left behind (on exit,
+on cancellation, after a crash via the sweeper), deadlines from the call's start, cold
+start when the shelf is empty, idle containers recycled. No speed assertions here:
+scripts/bench measures speed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import anyio
+import docker
+import pytest
+
+from runner.isolation import DockerRunner, PoolSettings, WarmPool, sweep
+from runner.isolation.containers import LABEL_MANAGED, LABEL_OWNER, LABEL_ROLE, owner_token
+from tests.conftest import REPO, make_request
+from tests.docker.conftest import BASH_IMAGE, labelled_containers
+
+pytestmark = pytest.mark.anyio
+
+
+def bash(script: str, seconds: float = 30, n: int = 1):
+    return make_request(arguments={"script": script}, seconds=seconds, request_id=f"call-{n}")
+
+
+def ids(api: docker.APIClient, owner: str | None = None, role: str | None = None) -> set[str]:
+    if owner is None:
+        found = labelled_containers(api)
+    else:
+        labels = [f"{LABEL_MANAGED}=1", f"{LABEL_OWNER}={owner}"]
+        found = api.containers(all=True, filters={"label": labels})
+    return {c["Id"][:12] for c in found if role is None or c["Labels"][LABEL_ROLE] == role}
+
+
+async def test_a_pooled_container_serves_one_call_and_the_pool_leaves_nothing(api):
+    used = []
+    async with WarmPool(PoolSettings(size=2, refill_concurrency=2)) as pool:
+        runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        assert await pool.filled(60)
+        for n in range(5):
+            # Each call leaves a mark in /tmp and must not see any other call's.
+            outcome = await runner.call(bash(f"ls /tmp; touch /tmp/mark-{n}", n=n))
+            assert outcome.ok, outcome.result
+            assert outcome.result.output.content["stdout"] == "", "a container served twice"
+            used.append(outcome.runner_info["container"])
+            if n < 2:  # the first two come from the filled shelf
+                assert outcome.runner_info["pooled"] is True
+        assert len(set(used)) == 5
+        with anyio.fail_after(30):  # used containers are removed in the background
+            while set(used) & ids(api):
+                await anyio.sleep(0.1)
+        assert ids(api, role="pool"), "the shelf is refilled"
+    assert labelled_containers(api) == []
+
+
+async def test_exit_while_containers_are_starting_leaves_nothing(api):
+    async with WarmPool(PoolSettings(size=3, refill_concurrency=3)) as pool:
+        pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        await anyio.sleep(0.2)  # starts under way, none finished
+    assert labelled_containers(api) == []
+
+
+async def test_the_deadline_starts_with_the_call_not_the_container(api):
+    async with WarmPool(PoolSettings(size=1)) as pool:
+        runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        assert await pool.filled(60)
+        await anyio.sleep(4)  # the container idles longer than the call's whole deadline
+        outcome = await runner.call(bash("sleep 1; echo done", seconds=3))
+        assert outcome.ok, outcome.result
+        assert outcome.runner_info["pooled"] is True
+        assert await pool.filled(60)
+        outcome = await runner.call(bash("sleep 60", seconds=2))
+        assert outcome.error_code == "WORKER_TIMEOUT"
+        assert outcome.runner_info["pooled"] is True
+    assert labelled_containers(api) == []
+
+
+async def test_an_empty_pool_starts_cold(api):
+    async with WarmPool(PoolSettings(size=0)) as pool:
+        outcome = await pool.pooled(DockerRunner(BASH_IMAGE, api=api)).call(bash("echo cold"))
+        assert outcome.ok, outcome.result
+        assert outcome.runner_info["pooled"] is False
+    # A pool that was never entered has no shelves to serve from: cold too.
+    outcome = await WarmPool().pooled(DockerRunner(BASH_IMAGE, api=api)).call(bash("echo x"))
+    assert outcome.ok and outcome.runner_info["pooled"] is False
+    assert labelled_containers(api) == []
+
+
+async def test_cancelling_a_pooled_call_removes_its_container(api):
+    async with WarmPool(PoolSettings(size=1)) as pool:
+        runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        assert await pool.filled(60)
+        (warm,) = ids(api, role="pool")
+        with anyio.move_on_after(3) as scope:
+            await runner.call(bash("sleep 60", seconds=60))
+        assert scope.cancelled_caught
+        with anyio.fail_after(30):
+            while warm in ids(api):
+                await anyio.sleep(0.1)
+    assert labelled_containers(api) == []
+
+
+async def test_a_call_finding_the_shelf_empty_waits_for_the_start_under_way(api):
+    async with WarmPool(PoolSettings(size=1)) as pool:
+        runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        assert await pool.filled(60)
+        outcomes = []
+
+        async def one(n: int) -> None:
+            outcomes.append(await runner.call(bash("echo $((40 + 2))", n=n)))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, 1)
+            group.start_soon(one, 2)  # the shelf is empty; the refill is for this call
+        assert [o.runner_info["pooled"] for o in outcomes] == [True, True]
+        assert len({o.runner_info["container"] for o in outcomes}) == 2
+        with anyio.move_on_after(0.05):  # cancelled while waiting for a container
+            await runner.call(bash("sleep 60"))
+    assert labelled_containers(api) == []
+
+
+async def test_idle_containers_past_their_age_are_replaced(api):
+    async with WarmPool(PoolSettings(size=1, max_idle_s=1.0)) as pool:
+        pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        assert await pool.filled(60)
+        first = ids(api, role="pool")
+        with anyio.fail_after(30):
+            while ids(api, role="pool") & first or not await pool.filled(0):
+                await anyio.sleep(0.1)
+    assert labelled_containers(api) == []
+
+
+async def test_a_missing_image_is_a_start_failure_not_a_crash(api):
+    async with WarmPool(PoolSettings(size=2)) as pool:
+        runner = pool.pooled(DockerRunner("agents-runner-test/no-such-image:0", api=api))
+        outcome = await runner.call(bash("true"))
+        assert outcome.error_code == "WORKER_START_FAILED"
+
+
+POOL_THEN_WAIT = f"""
+import anyio
+from runner.isolation import DockerRunner, PoolSettings, WarmPool
+
+async def main():
+    async with WarmPool(PoolSettings(size=2)) as pool:
+        pool.pooled(DockerRunner({BASH_IMAGE!r}))
+        assert await pool.filled(60)
+        print("filled", flush=True)
+        await anyio.sleep(120)
+
+anyio.run(main)
+"""
+
+
+def test_the_sweeper_removes_the_pool_of_a_killed_process(api):
+    process = subprocess.Popen([sys.executable, "-c", POOL_THEN_WAIT], cwd=REPO,
+                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        owner = owner_token(process.pid)
+        assert owner is not None
+        assert process.stdout is not None and process.stdout.readline() == "filled\n"
+        left = ids(api, owner=owner, role="pool")
+        assert len(left) == 2
+    finally:
+        process.send_signal(signal.SIGKILL)  # no `async with` exit: the pool is orphaned
+        process.wait()
+    assert ids(api, owner=owner) == left
+    report = sweep(api)
+    assert left <= set(report.removed)
+    assert ids(api, owner=owner) == set()
