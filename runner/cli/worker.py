@@ -25,7 +25,7 @@ from runner.cli.session import DEFAULT_STORE, StoreOption, open_store
 from runner.session import SessionError, parse_agent, with_durable_workflows
 from runner.session.leases import LeaseBusy
 from runner.session.scheduler import default_lease_seconds, default_owner
-from runner.session.sweep import sweep_local_workers
+from runner.session.sweep import sweep_orphans
 from runner.stores import SQLiteStore, StoreError
 
 #: After an error, a session is left alone this long before the worker tries it again.
@@ -51,7 +51,7 @@ def worker(
 
 async def _serve(store: SQLiteStore, concurrency: int, poll_s: float, exit_when_idle: bool) -> None:
     owner, lease_s = default_owner(), default_lease_seconds()
-    sweep_local_workers()  # workers a crashed predecessor left behind
+    sweep_orphans()  # workers and containers a crashed predecessor left behind
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     stopping = anyio.Event()

@@ -45,7 +45,7 @@ from runner.session.policy import (
     Truncate,
     unwrap,
 )
-from runner.stores.base import Effect, EffectLedger, ToolCache
+from runner.stores.base import Effect, EffectLedger, Lease, ToolCache
 
 Run = Callable[[], Awaitable[ToolResult]]
 RunnerFactory = Callable[[DockerSpec | LocalProcessSpec], Runner]
@@ -82,6 +82,8 @@ class CallExecutor:
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     ledger: EffectLedger | None = None
     checkpoint: Callable[[], None] = lambda: None
+    #: The lease the ledger rows are written under (stale: refused, like the checkpoint).
+    fences: tuple[Lease, ...] = ()
 
     async def run(self, call: TrackedCall, disposition: Any) -> ToolResult:
         decorators, base = unwrap(disposition)
@@ -195,7 +197,7 @@ class CallExecutor:
         self.ledger.record_effect(Effect(
             call.idempotency_key, self.session.id, call.id, call.attempts,
             spec.effects if spec else "external", state, result,
-        ))  # fmt: skip
+        ), self.fences)  # fmt: skip
 
     async def _isolated(self, call: TrackedCall, base: RunIsolated) -> ToolResult:
         spec = base.spec

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from runner.session.faults import crash_point
 from runner.session.models import now_ms
 from runner.stores.base import FencedOut, Lease
 
@@ -52,6 +53,7 @@ async def hold(
         yield Holder(None)
         return
     give_up = time.monotonic() + wait_s
+    crash_point("lease.acquire")  # where racing claimants meet (crash matrix scenario 6)
     while (lease := store.acquire_lease(name, owner, ttl_s)) is None:
         if time.monotonic() >= give_up:
             raise LeaseBusy(name, store.lease(name))
@@ -65,12 +67,19 @@ async def hold(
             finally:
                 group.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # one failure inside: re-raise it as itself
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+        if (only := _only_exception(group)) is not None:
+            raise only from None
         raise
     finally:
         if not holder.lost:
             store.release_lease(holder.lease)
+
+
+def _only_exception(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception in a (possibly nested) group, e.g. FencedOut raised by a call
+    running in a task group of the work inside the lease; None when there are several."""
+    inner = group.exceptions[0] if len(group.exceptions) == 1 else None
+    return _only_exception(inner) if isinstance(inner, BaseExceptionGroup) else inner
 
 
 async def _renew(store: Any, holder: Holder, ttl_s: float) -> None:

@@ -65,7 +65,7 @@ from runner.session.policy import (
     to_json,
     unwrap,
 )
-from runner.session.sweep import sweep_local_workers
+from runner.session.sweep import sweep_orphans
 from runner.stores.base import Effect, ToolCache, VersionConflict
 
 #: A `resume` that has not reached an answer after this many steps stops (a looping model).
@@ -280,7 +280,7 @@ class DurableAgent:
             if hasattr(self.store, "record_effect"):
                 abandoned = Effect(call.idempotency_key, session.id, call.id, call.attempts,
                                    "external", "abandoned", None)  # fmt: skip
-                self.store.record_effect(abandoned)
+                self.store.record_effect(abandoned, holder.fences)
             call.state, call.result, call.next_attempt_ms = "ready", None, None
             session.status = _status_after(session)
             self._commit(session, holder)
@@ -323,7 +323,7 @@ class DurableAgent:
                 )
                 self._commit(session, holder)
             elif takeovers:
-                sweep_local_workers()  # the dead holder's local workers must not linger
+                sweep_orphans()  # the dead holder's workers and containers must not linger
             self._check_versions(session, holder)
             if _expire_due(session):
                 _fold_if_complete(session)
@@ -480,7 +480,8 @@ class DurableAgent:
         ledger = self.store if hasattr(self.store, "record_effect") else None
         executor = CallExecutor(self.agent, session, self.cache, self.runner_factory,
                                 self.deployment_runner, self.sleep, ledger,
-                                lambda: self._commit(session, holder))  # fmt: skip
+                                lambda: self._commit(session, holder),
+                                holder.fences)  # fmt: skip
         finished = await self._execute(executor, calls)
         for call in calls:
             if call.id in finished:

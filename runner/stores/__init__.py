@@ -5,6 +5,9 @@ default (one WAL file, numbered migrations); files.py keeps sessions as JSON fil
 composite.py reads through a list of stores and writes to the first.
 """
 
+# The stores keep session models, and the session package uses the stores: loading it
+# first lets `import runner.stores` work on its own (else the import cycle breaks it).
+import runner.session  # noqa: F401  isort: skip
 from runner.stores.base import (
     Continuation,
     ContinuationStore,

@@ -132,7 +132,9 @@ class LeaseStore(Protocol):
 class EffectLedger(Protocol):
     def effect(self, idempotency_key: str) -> Effect | None: ...
 
-    def record_effect(self, effect: Effect) -> None: ...
+    def record_effect(self, effect: Effect, fences: tuple[Lease, ...] = ()) -> None:
+        """Upsert the row; refused (FencedOut, nothing written) under a stale fence."""
+        ...
 
 
 class ContinuationStore(Protocol):

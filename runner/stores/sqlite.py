@@ -210,12 +210,7 @@ class SQLiteStore:
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": _now_ms()})  # fmt: skip
         with self._transaction() as db:
-            for fence in fences:
-                row = db.execute(
-                    "SELECT fencing_token FROM leases WHERE name = ?", (fence.name,)
-                ).fetchone()
-                if row is None or row[0] != fence.fencing_token:
-                    raise FencedOut(fence.name, fence.fencing_token, row[0] if row else None)
+            self._check_fences(db, fences)
             changed = db.execute(
                 "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?,"
                 " due_ms = ?, agent_hash = ?, schema_version = ? WHERE id = ? AND version = ?",
@@ -232,6 +227,13 @@ class SQLiteStore:
                 raise VersionConflict(session.id, session.version, row[0])
             self._index_tokens(db, stored)
         return stored
+
+    def _check_fences(self, db: sqlite3.Connection, fences: tuple[Lease, ...]) -> None:
+        """Inside a write transaction: FencedOut unless each lease's token is the newest."""
+        for fence in fences:
+            newest = self._token(db, fence.name)
+            if newest != fence.fencing_token:
+                raise FencedOut(fence.name, fence.fencing_token, newest)
 
     def _index_tokens(self, db: sqlite3.Connection, session: Session) -> None:
         db.executemany(
@@ -328,9 +330,12 @@ class SQLiteStore:
         ).fetchone()
         return Effect(*row) if row else None
 
-    def record_effect(self, effect: Effect) -> None:
+    def record_effect(self, effect: Effect, fences: tuple[Lease, ...] = ()) -> None:
+        """Write the call's ledger row; with fences, only while they are the newest (a
+        holder that lost its lease must not overwrite what its successor recorded)."""
         now = _now_ms()
         with self._transaction() as db:
+            self._check_fences(db, fences)
             db.execute(
                 "INSERT INTO effects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (idempotency_key) DO UPDATE SET attempt = excluded.attempt,"

@@ -1,26 +1,25 @@
-"""The crash matrix: the real CLI killed with SIGKILL at named points, then recovered.
-Each test asserts the invariant (how often the external effect happened, what the
-ledger and the session say), not only that something finished."""
+"""The crash matrix: the real CLI killed with SIGKILL at named points (or paused with
+SIGSTOP, or held at a barrier), then recovered. Each test asserts the invariant (how
+often the external effect happened, what the ledger and the session say), not only that
+something finished. Scenario 3 in Docker is in test_crash_docker.py."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sqlite3
+import subprocess
 import time
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
-from tests.durability.conftest import Workspace, agent_document
+from runner.stores import SQLiteStore
+from tests.durability.conftest import LONG_LEASE_S, Workspace, agent_document, wait_for
 
 KILLED = -signal.SIGKILL
-
-
-def wait_for(predicate, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_1_killed_after_the_llm_response_the_step_runs_again_once(ws: Workspace):
@@ -52,13 +51,12 @@ def test_4_killed_after_the_worker_finished_the_recorded_outcome_is_used(ws: Wor
 def test_3_killed_while_the_local_worker_runs(ws: Workspace, effects: str):
     sid = ws.start(agent_document(ws.log, effects=effects, sleep_s=3))
     runner = ws.popen("session", "resume", sid)
-    started = ws.log.with_name(ws.log.name + ".started")
-    wait_for(started.exists)
-    worker_pid = int(started.read_text().split()[0])
+    wait_for(ws.started.exists)
+    worker_pid = int(ws.started.read_text().split()[0])
     runner.send_signal(signal.SIGKILL)
     runner.wait(timeout=30)
     report = ws.js("session", "resume", sid)  # takes over, sweeps the orphan, recovers
-    wait_for(lambda: not os.path.exists(f"/proc/{worker_pid}"), 10)
+    wait_for(lambda: not os.path.exists(f"/proc/{worker_pid}"), 60, "the orphan is swept")
     if effects == "external":
         assert report["status"] == "waiting" and ws.effects() == []
         shown = ws.js("session", "show", sid)
@@ -76,10 +74,90 @@ def test_3_killed_while_the_local_worker_runs(ws: Workspace, effects: str):
         assert report["status"] == "completed" and ws.effects() == [f"{sid}/c0"]
 
 
+def pause_outside_a_transaction(process: subprocess.Popen[str], store: Path) -> None:
+    """SIGSTOP the process at a moment it holds no write lock on the store (it may have
+    been inside a lease renewal): otherwise its successor would wait on the lock, not on
+    the lease."""
+    for _ in range(100):
+        process.send_signal(signal.SIGSTOP)
+        wait_for(lambda: Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1]
+                 .split()[0] == "T", 30, "the process stops")  # fmt: skip
+        try:
+            with closing(sqlite3.connect(store, timeout=0.5, isolation_level=None)) as db:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # locked: let it finish that transaction
+            process.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
+    pytest.fail("the process always held the store's write lock when stopped")
+
+
+def history(shown: dict) -> tuple[int, list, dict]:
+    return shown["version"], shown["turns"], shown["calls"]
+
+
+def test_5_a_holder_paused_past_its_lease_changes_nothing_when_it_wakes(ws: Workspace):
+    sid = ws.start(agent_document(ws.log, sleep_s=0.5))
+    store = SQLiteStore(ws.store)
+    first = ws.popen("session", "resume", sid, lease_s="2")
+    wait_for(ws.started.exists, what="the first holder hands the call to its worker")
+    pause_outside_a_transaction(first, ws.store)
+    try:
+        stale = store.lease(sid)
+        wait_for(lambda: store.lease(sid).expires_ms <= store.now_ms(), 60, "the lease lapses")
+        as_left = ws.js("session", "show", sid)
+        assert as_left["calls"]["c0"]["state"] == "running" and "stuck" in as_left["conditions"]
+        # The successor takes over with a newer token; the call was handed to a worker
+        # with external effects and its outcome was never recorded: unknown_outcome.
+        taken = ws.js("session", "resume", sid, lease_s=LONG_LEASE_S)
+        assert taken["status"] == "waiting"
+        after_takeover = ws.js("session", "show", sid)
+        assert after_takeover["calls"]["c0"]["state"] == "unknown_outcome"
+        assert store.lease(sid).fencing_token == stale.fencing_token + 1
+        ledger = store.effect(f"{sid}/c0")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    _, err = first.communicate(timeout=120)
+    # Woken, the first holder gets its worker's answer and tries to record it: refused.
+    assert first.returncode == 1 and "is stale" in err and "Traceback" not in err, err
+    assert history(ws.js("session", "show", sid)) == history(after_takeover)
+    assert store.effect(f"{sid}/c0") == ledger and ledger.state == "started"
+    assert store.lease(sid).fencing_token == stale.fencing_token + 1
+    assert ws.effects() == [f"{sid}/c0"]  # the worker ran once, and nobody ran it again
+    # The operator settles it; the history is one chain: each version extends the last.
+    (ws.root / "r.json").write_text('"charged once"')
+    ws.js("session", "complete", after_takeover["calls"]["c0"]["token"], "r.json")
+    final = ws.js("session", "resume", sid)
+    assert final["final_answer"] == "done charged once" and ws.effects() == [f"{sid}/c0"]
+    chain = [history(as_left), history(after_takeover), history(ws.js("session", "show", sid))]
+    for (version, turns, _), (later, later_turns, _) in itertools.pairwise(chain):
+        # (the last turn of an earlier version may be a partial one that was folded since)
+        assert later > version and later_turns[: len(turns) - 1] == turns[:-1]
+
+
+def test_6_two_workers_claiming_one_call_at_the_same_instant_run_it_once(ws: Workspace):
+    sid = ws.start(agent_document(ws.log))
+    barrier = ws.root / "barrier"
+    barrier.mkdir()
+    workers = [ws.popen("worker", "--poll-seconds", "0.05", "--exit-when-idle",
+                        lease_s=LONG_LEASE_S, barrier=f"lease.acquire:{barrier}")
+               for _ in range(2)]  # fmt: skip
+    # Both stand at the claim, then go at once: the claim is the only thing deciding.
+    wait_for(lambda: len(list(barrier.glob("arrived.*"))) == 2, 120, "both reach the claim")
+    (barrier / "go").touch()
+    logs = [w.communicate(timeout=120)[1] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], logs
+    assert ws.effects() == [f"{sid}/c0"]
+    assert sorted("ran 1 call" in log for log in logs) == [False, True], logs
+    assert SQLiteStore(ws.store).lease(sid).fencing_token == 1  # one claim ever succeeded
+    assert SQLiteStore(ws.store).load(sid).status == "completed"
+
+
 def test_7_duplicate_and_conflicting_completion_of_an_unknown_outcome(ws: Workspace):
     sid = ws.start(agent_document(ws.log, sleep_s=3))
     runner = ws.popen("session", "resume", sid)
-    wait_for(ws.log.with_name(ws.log.name + ".started").exists)
+    wait_for(ws.started.exists)
     runner.send_signal(signal.SIGKILL)
     runner.wait(timeout=30)
     ws.js("session", "resume", sid)
@@ -94,6 +172,29 @@ def test_7_duplicate_and_conflicting_completion_of_an_unknown_outcome(ws: Worksp
     assert "different result" in refused.stderr
     final = ws.js("session", "resume", sid)
     assert final["final_answer"] == 'done {"charged": true}' and ws.effects() == []
+
+
+def test_8_a_result_after_expiry_stays_expired_and_is_kept_as_late(ws: Workspace):
+    document = agent_document(ws.log)
+    document["toolCallPolicyConfig"]["default"] = {"tag": "defer", "reason": "approval",
+                                                   "expiresAfterSeconds": 1}  # fmt: skip
+    sid = ws.start(document)
+    assert ws.js("session", "resume", sid)["status"] == "waiting"
+    call = ws.js("session", "show", sid)["calls"]["c0"]
+    store = SQLiteStore(ws.store)
+    wait_for(lambda: store.now_ms() > call["expires_ms"], 60, "the call's expiry passes")
+    (ws.root / "r.json").write_text('"approved"')
+    for _ in range(2):  # each late result is kept; neither revives the call
+        late = ws.js("session", "complete", call["token"], "r.json")
+        assert late["late"] == [call["token"]] and late["applied"] == []
+    shown = ws.js("session", "show", sid)
+    assert shown["calls"]["c0"]["state"] == "expired"
+    assert [r["result"]["content"] for r in shown["late_results"]] == ["approved", "approved"]
+    listed = ws.js("session", "list", "--status", "expired")["sessions"]
+    assert [s["id"] for s in listed] == [sid]
+    final = ws.js("session", "resume", sid)["final_answer"]
+    assert final.startswith("done [expired EXPIRED] no result arrived within 1s"), final
+    assert ws.js("session", "show", sid)["calls"]["c0"]["state"] == "expired"
 
 
 def test_9_killed_during_retry_backoff_attempts_never_exceed_the_budget(ws: Workspace):

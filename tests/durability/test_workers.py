@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 from runner.session import parse_agent, with_durable_workflows
 from runner.stores import SQLiteStore
-from tests.durability.conftest import Workspace, agent_document
+from tests.durability.conftest import LONG_LEASE_S, Workspace, agent_document, wait_for
 
 
 def test_three_workers_run_200_isolated_calls_exactly_once(ws: Workspace):
@@ -16,9 +15,9 @@ def test_three_workers_run_200_isolated_calls_exactly_once(ws: Workspace):
     agent = with_durable_workflows(parse_agent(agent_document(ws.log, calls=10)), store)
     sessions = [agent.start("go").id for _ in range(20)]
     # A 1 s lease can lapse on a loaded 2-core machine (a takeover then turns the call in
-    # flight into unknown_outcome, never a second run); 20 s keeps this test about counts.
+    # flight into unknown_outcome, never a second run); a long one keeps this about counts.
     workers = [ws.popen("worker", "--concurrency", "3", "--poll-seconds", "0.05",
-                        "--exit-when-idle", lease_s="20") for _ in range(3)]  # fmt: skip
+                        "--exit-when-idle", lease_s=LONG_LEASE_S) for _ in range(3)]  # fmt: skip
     errors = []
     for worker in workers:
         _, err = worker.communicate(timeout=300)
@@ -37,12 +36,8 @@ def test_sigterm_drains_the_call_in_flight_and_exits(ws: Workspace):
     store = SQLiteStore(ws.store)
     agent = with_durable_workflows(parse_agent(agent_document(ws.log, sleep_s=1.5)), store)
     sid = agent.start("go").id
-    worker = ws.popen("worker", "--poll-seconds", "0.05")
-    started = ws.log.with_name(ws.log.name + ".started")
-    for _ in range(1200):  # bounded wait for the worker to start the call
-        if started.exists():
-            break
-        time.sleep(0.05)
+    worker = ws.popen("worker", "--poll-seconds", "0.05", lease_s=LONG_LEASE_S)
+    wait_for(ws.started.exists, 120, "the worker starts the call")
     worker.send_signal(signal.SIGTERM)
     _, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, err
@@ -56,7 +51,9 @@ def test_two_processes_racing_for_one_session_run_its_call_once(ws: Workspace):
     store = SQLiteStore(ws.store)
     agent = with_durable_workflows(parse_agent(agent_document(ws.log, sleep_s=0.5)), store)
     sid = agent.start("go").id
-    racers = [ws.popen("session", "resume", sid, "--json") for _ in range(2)]
+    # Long leases: a lapse on a stalled machine would be a takeover, not this race.
+    racers = [ws.popen("session", "resume", sid, "--json", lease_s=LONG_LEASE_S)
+              for _ in range(2)]  # fmt: skip
     outcomes = [r.communicate(timeout=120) for r in racers]
     assert all(r.returncode == 0 for r in racers), outcomes
     assert ws.effects() == [f"{sid}/c0"]
