@@ -13,10 +13,7 @@ skips them explicitly.
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +24,10 @@ from envelopes.v1 import ToolCallRequest
 from runner.isolation import CallOutcome, ContainerLimits, DockerRunner
 from runner.isolation.containers import LABEL_CALL, LABEL_MANAGED, LABEL_OWNER, my_owner_token
 from tests.conftest import make_request
-from tests.docker.conftest import BASH_IMAGE, api, no_container_left_behind
+from tests.docker.conftest import BASH_IMAGE, api, loopback_server, no_container_left_behind
 
-__all__ = ["api", "no_container_left_behind"]  # fixtures shared with tests/docker
+# Fixtures shared with tests/docker.
+__all__ = ["api", "loopback_server", "no_container_left_behind"]
 
 MiB = 1024 * 1024
 #: The host runner's peak RSS may grow by at most this much during one call (or one batch
@@ -152,28 +150,3 @@ async def attack(
     growth = PEAK.peak() - before
     assert growth < RSS_BOUND_BYTES, f"the runner grew by {growth / MiB:.1f} MiB during the call"
     return Attack(outcome, growth)
-
-
-@pytest.fixture
-def loopback_server() -> Iterator[tuple[int, list[object]]]:
-    """A TCP server on the host's 127.0.0.1; yields its port and the connections it saw."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    accepted: list[object] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, peer = server.accept()
-            except TimeoutError:
-                continue
-            accepted.append(peer)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], accepted
-    stop.set()
-    thread.join()
-    server.close()

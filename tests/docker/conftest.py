@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,3 +87,28 @@ def misbehave_image(
     with DockerImage(path=str(context), tag="agents-runner-test/misbehave:latest",
                      clean_up=True) as image:  # fmt: skip
         yield str(image)
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[tuple[int, list[object]]]:
+    """A TCP server on the host's 127.0.0.1; yields its port and the connections it saw."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, peer = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(peer)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    stop.set()
+    thread.join()
+    server.close()

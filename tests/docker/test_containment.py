@@ -4,10 +4,7 @@ the network probes target a server this test runs on the host's loopback."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -31,32 +28,6 @@ def content(outcome: CallOutcome) -> dict:
     return outcome.result.output.content
 
 
-@pytest.fixture
-def loopback_server() -> Iterator[int]:
-    """A TCP server on the host's 127.0.0.1 that counts connections."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    accepted: list[object] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            accepted.append(conn)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    port = server.getsockname()[1]
-    yield port
-    stop.set()
-    thread.join()
-    server.close()
-
-
 PROBE = "exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED || echo REFUSED"
 
 
@@ -71,7 +42,7 @@ async def test_no_network_only_loopback(api, loopback_server):
     script = ("ls /sys/class/net; echo ---; tail -n +2 /proc/net/route; echo ---;"
               " grep -c nameserver /etc/resolv.conf || true; echo ---;"
               " cat /proc/net/if_inet6 2>/dev/null | awk '{print $6}'; echo ---; "
-              + PROBE.format(port=loopback_server))  # fmt: skip
+              + PROBE.format(port=loopback_server[0]))  # fmt: skip
     sections = content(await bash(api, script))["stdout"].split("---\n")
     assert sections[0].split() == ["lo"]
     assert sections[1].strip() == "", "no route at all"
@@ -84,7 +55,7 @@ async def test_probe_detects_a_network_when_one_is_given(api, loopback_server):
     # Positive control for the probe above: opted into the host's network explicitly,
     # the same script reaches the test's loopback server.
     limits = ContainerLimits(network="host")
-    result = content(await bash(api, PROBE.format(port=loopback_server), limits))
+    result = content(await bash(api, PROBE.format(port=loopback_server[0]), limits))
     assert "CONNECTED" in result["stdout"]
 
 

@@ -7,9 +7,16 @@ import sqlite3
 import pytest
 
 from runner.session import Session, ToolResult, TrackedCall
-from runner.session.models import new_token
+from runner.session.models import (
+    LlmTurn,
+    PartialUserTurn,
+    ToolCall,
+    ToolResultEntry,
+    UserTurn,
+    new_token,
+)
 from runner.stores import SessionNotFound, SQLiteStore, StoreError, VersionConflict, cache_key
-from runner.stores.sqlite import SCHEMA_VERSION
+from runner.stores.sqlite import MIGRATIONS, SCHEMA_VERSION
 
 
 def new_session(store: SQLiteStore) -> Session:
@@ -91,3 +98,122 @@ def test_the_cache_keys_on_tool_and_canonical_arguments(tmp_path):
     store.put("t", {"x": 1}, ToolResult.ok("old"), ttl_s=0.001)
     store.db.execute("UPDATE tool_cache SET expires_ms = 1")
     assert store.get("t", {"x": 1}) is None
+
+
+# --- sessions as rows: incremental checkpoints, partial loads, migration -------------------
+
+
+def long_session(pairs: int) -> Session:
+    """A prompt, `pairs` settled (LLM call + results) pairs, then a partial user turn whose
+    first call has finished and whose second is deferred."""
+    session = Session.start("a", "h1", "hi")
+
+    def call(call_id: str, turn: int, state: str, result: ToolResult | None) -> TrackedCall:
+        return TrackedCall(id=call_id, token=new_token(), tool="echo", arguments={"n": turn},
+                           state=state, disposition={"tag": "runSync"}, turn=turn,
+                           idempotency_key=f"{session.id}/{call_id}", result=result)  # fmt: skip
+
+    for n in range(pairs):
+        turn = len(session.turns)
+        session.turns.append(LlmTurn(tool_calls=[ToolCall(id=f"e{n}", name="echo",
+                                                          arguments={"n": turn})]))  # fmt: skip
+        session.calls[f"e{n}"] = call(f"e{n}", turn, "completed", ToolResult.ok(n))
+        entry = ToolResultEntry(tool_call_id=f"e{n}", tool="echo", result=ToolResult.ok(n))
+        session.turns.append(UserTurn(tool_results=[entry]))
+    turn = len(session.turns)
+    requested = [ToolCall(id=i, name="echo", arguments={}) for i in ("done", "wait")]
+    session.turns.append(LlmTurn(tool_calls=requested))
+    session.calls["done"] = call("done", turn, "completed", ToolResult.ok("d"))
+    session.calls["wait"] = call("wait", turn, "deferred", None)
+    session.turns.append(PartialUserTurn(call_ids=["done", "wait"]))
+    return session
+
+
+def test_a_checkpoint_writes_only_what_changed(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    for pairs in (2, 200):
+        created = store.create(long_session(pairs), {"slug": "a"})
+        session = store.load(created.id)
+        session.call("wait").state = "ready"
+        before = store.db.total_changes
+        store.save(session)
+        # The header, the last turn, and the last turn's two calls: never the history.
+        assert store.db.total_changes - before == 4
+        assert not session.history_read
+        assert (
+            store.load(created.id)
+            == created.model_copy(
+                update={"version": 2, "updated_ms": store.load(created.id).updated_ms}
+            )
+            or store.load(created.id).call("wait").state == "ready"
+        )
+        assert store.load(created.id).materialize().calls["wait"].state == "ready"
+
+
+def test_a_load_reads_the_history_only_when_used_and_as_it_was(tmp_path):
+    path = tmp_path / "s.db"
+    store, other = SQLiteStore(path), SQLiteStore(path)
+    created = store.create(long_session(3), {"slug": "a"})
+    session = store.load(created.id)
+    assert [c.id for c in session.open_calls()] == ["wait"] and session.due_ms() is None
+    assert isinstance(session.last_turn, PartialUserTurn) and session.turn_count == 9
+    assert not session.history_read
+    # Someone else advances the session before this reader looks at its history...
+    ahead = other.load(created.id)
+    _finish_wait = ahead.call("wait")
+    _finish_wait.state, _finish_wait.result = "completed", ToolResult.ok("w")
+    ahead.turns[-1] = UserTurn(tool_results=[])
+    ahead.turns.append(LlmTurn(text="the end"))
+    other.save(ahead)
+    # ...the reader still sees the session as it loaded it, and cannot commit over it.
+    assert session.materialize().turns == created.turns
+    assert session.calls == created.calls and list(session.calls) == list(created.calls)
+    with pytest.raises(VersionConflict):
+        store.save(session)
+    assert other.load(created.id).materialize().turns == ahead.turns
+
+
+def test_a_session_from_another_store_is_written_whole(tmp_path):
+    first, second = SQLiteStore(tmp_path / "a.db"), SQLiteStore(tmp_path / "b.db")
+    created = first.create(long_session(2), {"slug": "a"})
+    copied = second.create(first.load(created.id), {"slug": "a"})
+    assert second.load(created.id).materialize() == copied == created
+    assert second.find(created.call("wait").token).call_id == "wait"
+
+
+def _store_at(path, version: int) -> sqlite3.Connection:
+    """A store file as a release with schema `version` left it."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+               " applied_ms INTEGER NOT NULL)")  # fmt: skip
+    for n in range(1, version + 1):
+        db.executescript(MIGRATIONS[n - 1])
+        db.execute("INSERT INTO schema_migrations VALUES (?, 0)", (n,))
+    return db
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+def test_migration_moves_sessions_into_rows(tmp_path, version):
+    path = tmp_path / "old.db"
+    db = _store_at(path, version)
+    sessions = [long_session(0), long_session(5), Session.start("a", "h1", "only a prompt")]
+    sessions[0].status, sessions[0].final_answer = "completed", "done"
+    for s in sessions:
+        values = (s.id, 3, s.status, "a", "h1", s.schema_version, s.to_json(), 0, 0)
+        db.execute(f"INSERT INTO sessions VALUES ({', '.join('?' * len(values))}"
+                   f"{', NULL' if version >= 2 else ''})", values)  # fmt: skip
+        db.execute("INSERT INTO continuations SELECT value ->> 'token', ?, key"
+                   " FROM json_each(?, '$.calls')", (s.id, s.to_json()))  # fmt: skip
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    for s in sessions:
+        loaded = store.load(s.id)
+        assert loaded.version == 3 and loaded.turn_count == len(s.turns)
+        assert [c.id for c in loaded.open_calls()] == [c.id for c in s.open_calls()]
+        assert loaded.materialize() == s.model_copy(update={"version": 3})
+        loaded.status = "paused"
+        assert store.save(loaded).version == 4
+        assert store.load(s.id).materialize().turns == s.turns
