@@ -2,6 +2,12 @@
 
 Every model round-trips exactly through JSON (`Session.to_json` / `Session.from_json`);
 the store keeps that document, so nothing needed to continue lives only in memory.
+
+A store may load a session partly (`Stored`): its header, its last turn, and the calls that
+can still change; the settled history (earlier turns, calls that ended before the last
+turn) is read from the store the first time `turns` or `calls` is used. Turns are append
+only (only the last one is replaced, when a partial user turn folds) and a terminal call
+never changes, so a store writes only what is new (`Session.unsaved`).
 """
 
 from __future__ import annotations
@@ -9,9 +15,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 #: Version of the session document; a store refuses documents newer than this.
 SESSION_SCHEMA_VERSION = 2
@@ -140,6 +148,22 @@ class TrackedCall(Model):
         return self.state in TERMINAL_STATES
 
 
+@dataclass
+class Stored:
+    """What one store holds of a session, so that a save writes only what changed.
+
+    `reader`, while the history is unread: (turns before the last, calls that ended before
+    the last turn), exactly as they were when the session was loaded."""
+
+    store: object  # the store this describes: another store gets the whole session
+    turn_count: int  # turns in the store
+    settled: set[str] = field(default_factory=set)  # calls stored as terminal: never rewritten
+    last_turn: UserTurn | LlmTurn | PartialUserTurn | None = None
+    live_calls: dict[str, TrackedCall] = field(default_factory=dict)  # open + last turn's
+    reader: Callable[[], tuple[list[Any], dict[str, TrackedCall]]] | None = None
+    history: tuple[list[Any], dict[str, TrackedCall]] | None = None
+
+
 class Session(Model):
     id: str
     schema_version: int = SESSION_SCHEMA_VERSION
@@ -154,6 +178,103 @@ class Session(Model):
     quarantine_reason: str | None = None
     created_ms: int = Field(default_factory=now_ms)
     updated_ms: int = Field(default_factory=now_ms)
+    _stored: Stored | None = PrivateAttr(default=None)
+
+    def __getattr__(self, name: str) -> Any:
+        # `turns` and `calls` are absent from __dict__ while a partly loaded session's
+        # history is unread: read it now (pydantic handles every other name).
+        if name in ("turns", "calls") and self._stored is not None:
+            self._read_history()
+            return self.__dict__[name]
+        return super().__getattr__(name)  # type: ignore[misc]
+
+    def _read_history(self) -> None:
+        stored = self._stored
+        if stored is None or self.history_read:
+            return
+        if stored.history is None:  # copies (model_copy) share one Stored: read once
+            assert stored.reader is not None
+            stored.history = stored.reader()
+            stored.settled |= stored.history[1].keys()
+        earlier, settled = stored.history
+        last = [stored.last_turn] if stored.last_turn is not None else []
+        calls = sorted({**settled, **stored.live_calls}.values(), key=lambda c: c.turn)
+        self.__dict__["turns"] = [*earlier, *last]
+        self.__dict__["calls"] = {c.id: c for c in calls}
+
+    @property
+    def history_read(self) -> bool:
+        return "turns" in self.__dict__ or self._stored is None
+
+    def materialize(self) -> Session:
+        """Read whatever history is still in the store; returns self."""
+        self._read_history()
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        """Same fields, whatever each side has read so far (what a store knows is not
+        part of the session)."""
+        if not isinstance(other, Session):
+            return NotImplemented
+        self._read_history()
+        other._read_history()
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        self._read_history()
+        return super().model_dump(**kwargs)
+
+    def model_dump_json(self, **kwargs: Any) -> str:
+        self._read_history()
+        return super().model_dump_json(**kwargs)
+
+    def header_json(self) -> str:
+        """The session without its turns and calls (a store keeps those as rows)."""
+        return super().model_dump_json(exclude={"turns", "calls"})
+
+    @property
+    def turn_count(self) -> int:
+        if self.history_read:
+            return len(self.turns)
+        return self._stored.turn_count
+
+    def replace_last_turn(self, turn: UserTurn | LlmTurn | PartialUserTurn) -> None:
+        if self.history_read:
+            self.turns[-1] = turn
+        else:
+            self._stored.last_turn = turn
+
+    def _live_calls(self) -> dict[str, TrackedCall]:
+        """Every open call (and the last turn's), without reading the settled history."""
+        if self.history_read:
+            return self.calls
+        return self._stored.live_calls
+
+    def call(self, call_id: str) -> TrackedCall:
+        live = self._live_calls()
+        return live[call_id] if call_id in live else self.calls[call_id]
+
+    def unsaved(self, store: object) -> tuple[int, list[Any], list[TrackedCall]]:
+        """What `store` lacks: (index of the first turn to write, those turns, the calls)."""
+        stored = self._stored
+        if stored is None or stored.store is not store:
+            return 0, list(self.turns), list(self.calls.values())
+        first = max(stored.turn_count - 1, 0)
+        if self.history_read:
+            turns = self.turns[first:]
+        else:
+            turns = [stored.last_turn] if stored.last_turn is not None else []
+        calls = [c for c in self._live_calls().values() if c.id not in stored.settled]
+        return first, turns, calls
+
+    def mark_saved(self, store: object, calls: list[TrackedCall]) -> None:
+        """After a save to `store` wrote `calls`: remember what it now holds."""
+        if self._stored is None or self._stored.store is not store:
+            self._read_history()
+            self._stored = Stored(store, self.turn_count)
+        else:
+            self._stored.turn_count = self.turn_count
+        self._stored.settled |= {c.id for c in calls if c.terminal}
 
     @classmethod
     def start(cls, agent_slug: str, agent_hash: str, prompt: str) -> Session:
@@ -172,10 +293,11 @@ class Session(Model):
         return cls.model_validate_json(text)
 
     def call_by_token(self, token: str) -> TrackedCall | None:
-        return next((c for c in self.calls.values() if c.token == token), None)
+        live = next((c for c in self._live_calls().values() if c.token == token), None)
+        return live or next((c for c in self.calls.values() if c.token == token), None)
 
     def open_calls(self) -> list[TrackedCall]:
-        return [c for c in self.calls.values() if not c.terminal]
+        return [c for c in self._live_calls().values() if not c.terminal]
 
     def waiting_on(self) -> list[TrackedCall]:
         """Calls that only something outside this step can finish."""
@@ -196,7 +318,9 @@ class Session(Model):
 
     @property
     def last_turn(self) -> UserTurn | LlmTurn | PartialUserTurn | None:
-        return self.turns[-1] if self.turns else None
+        if self.history_read:
+            return self.turns[-1] if self.turns else None
+        return self._stored.last_turn
 
 
 def load_document(text: str | bytes) -> Session:

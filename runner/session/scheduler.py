@@ -582,11 +582,11 @@ def _fold_if_complete(session: Session) -> None:
     last = session.last_turn
     if not isinstance(last, PartialUserTurn):
         return
-    calls = [session.calls[i] for i in last.call_ids]
+    calls = [session.call(i) for i in last.call_ids]
     if all(c.terminal for c in calls):
         entries = [ToolResultEntry(tool_call_id=c.id, tool=c.tool, result=c.result)
                    for c in calls if c.result is not None]  # fmt: skip
-        session.turns[-1] = UserTurn(tool_results=entries)
+        session.replace_last_turn(UserTurn(tool_results=entries))
 
 
 def _status_after(session: Session) -> str:

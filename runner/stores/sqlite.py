@@ -2,12 +2,17 @@
 
 Migrations are numbered and recorded in `schema_migrations`; opening a file applies the
 missing ones in one transaction and refuses a file from a newer version of this program.
-A session row holds the session document and its version; `save` is
-`UPDATE ... WHERE id = ? AND version = ?`, so a stale writer changes zero rows and gets
-VersionConflict; with fences, the same transaction first checks that each lease's token is
-still the newest (FencedOut otherwise). Lease expiry is measured in database time.
-Continuation tokens are indexed in their own table, written in the same
-transaction as the session, so `session complete TOKEN` is a key lookup, not a scan.
+A session is a header row (`sessions`: the session without its turns and calls, its
+version and turn count), append-only `session_turns` rows and one `session_calls` row per
+call. A checkpoint (`save`) is one transaction: `UPDATE sessions ... WHERE id = ? AND
+version = ?` (a stale writer changes zero rows and gets VersionConflict; with fences, the
+transaction first checks that each lease's token is still the newest, FencedOut
+otherwise), then only the turns and calls that changed since the session was loaded.
+`load` reads the header, the last turn and the calls that can still change; the settled
+history is read (once, in one query each) only when something uses it, such as the
+LLM's next request. Lease expiry is measured in database time. Continuation tokens are
+indexed in their own table, written in the same transaction as the call, so `session
+complete TOKEN` is a key lookup, not a scan.
 """
 
 from __future__ import annotations
@@ -21,8 +26,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from runner.session.faults import crash_point
-from runner.session.models import Session, ToolResult, load_document
+from runner.session.models import (
+    TERMINAL_STATES,
+    Session,
+    Stored,
+    ToolResult,
+    TrackedCall,
+    Turn,
+    load_document,
+)
 from runner.stores.base import (
     Continuation,
     Effect,
@@ -100,8 +115,43 @@ MIGRATIONS: list[str] = [
         received_ms INTEGER NOT NULL
     );
     """,
+    # 3: sessions as rows, so that a checkpoint writes only what changed and a resume
+    # reads no settled history: the header keeps the rest of the document.
+    """
+    CREATE TABLE session_turns (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        idx INTEGER NOT NULL,
+        document TEXT NOT NULL,
+        PRIMARY KEY (session_id, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE session_calls (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        call_id TEXT NOT NULL,
+        turn INTEGER NOT NULL,
+        open INTEGER NOT NULL,
+        document TEXT NOT NULL,
+        UNIQUE (session_id, call_id)
+    );
+    CREATE INDEX session_calls_by_turn ON session_calls (session_id, turn);
+    CREATE INDEX session_calls_open ON session_calls (session_id) WHERE open;
+    INSERT INTO session_turns
+        SELECT s.id, t.key, t.value FROM sessions s, json_each(s.document, '$.turns') t;
+    INSERT INTO session_calls
+        SELECT s.id, c.key, json_extract(c.value, '$.turn'),
+               json_extract(c.value, '$.state') NOT IN
+                   ('completed', 'failed', 'expired', 'cancelled'),
+               c.value
+        FROM sessions s, json_each(s.document, '$.calls') c;
+    ALTER TABLE sessions ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET turn_count = json_array_length(document, '$.turns'),
+                        document = json_remove(document, '$.turns', '$.calls');
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+#: Rows are validated when written; reading many at once is one pass of pydantic-core.
+TURN_LIST = TypeAdapter(list[Turn])
+CALL_LIST = TypeAdapter(list[TrackedCall])
+TURN = TypeAdapter(Turn)
 #: Database time in epoch milliseconds: one clock for every process sharing the file.
 DB_NOW = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 
@@ -169,19 +219,20 @@ class SQLiteStore:
     # --- sessions ----------------------------------------------------------------------
 
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
-        stored = session.model_copy(update={"version": session.version or 1})
+        stored = session.model_copy(update={"version": session.version or 1}).materialize()
         with self._transaction() as db:
             self._put_agent(db, session.agent_hash, agent_document)
             try:
                 db.execute(
-                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (stored.id, stored.version, stored.status, stored.agent_slug, stored.agent_hash,
-                     stored.schema_version, stored.to_json(), stored.created_ms,
-                     stored.updated_ms, stored.due_ms()),
+                     stored.schema_version, stored.header_json(), stored.created_ms,
+                     stored.updated_ms, stored.due_ms(), len(stored.turns)),
                 )  # fmt: skip
             except sqlite3.IntegrityError:
                 raise StoreError(f"session {session.id} already exists") from None
-            self._index_tokens(db, stored)
+            calls = self._write_rows(db, stored)
+        stored.mark_saved(self, calls)
         return stored
 
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
@@ -195,28 +246,75 @@ class SQLiteStore:
         )
 
     def load(self, session_id: str) -> Session:
+        """The header, the last turn and the live calls; the rest when first used."""
         row = self.db.execute(
-            "SELECT document, version FROM sessions WHERE id = ?", (session_id,)
+            "SELECT document, version, turn_count FROM sessions WHERE id = ?", (session_id,)
         ).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
+        header, version, turn_count = row
         try:
-            session = load_document(row[0])
-        except ValueError as exc:
+            session = load_document(header)
+            last = self.db.execute(
+                "SELECT document FROM session_turns WHERE session_id = ? AND idx = ?",
+                (session_id, turn_count - 1),
+            ).fetchone()
+            # Open calls, and every call of the last LLM turn (the one a partial user
+            # turn gathers, or whose results the last user turn holds).
+            live = self._calls(
+                "SELECT document FROM session_calls WHERE rowid IN (SELECT rowid FROM"
+                " session_calls WHERE session_id = ? AND open UNION ALL SELECT rowid FROM"
+                " session_calls WHERE session_id = ? AND turn >= ?) ORDER BY rowid",
+                (session_id, session_id, turn_count - 2),
+            )
+            last_turn = TURN.validate_json(last[0]) if last else None
+        except (ValueError, ValidationError) as exc:
             raise StoreError(f"cannot read session {session_id}: {exc}") from None
-        return session.model_copy(update={"version": row[1]})
+        del session.__dict__["turns"], session.__dict__["calls"]
+        session.version = version
+        session._stored = Stored(
+            self, turn_count, last_turn=last_turn, live_calls=live,
+            reader=lambda: self._history(session_id, turn_count, live),
+        )  # fmt: skip
+        return session
+
+    def _calls(self, query: str, parameters: tuple[Any, ...]) -> dict[str, TrackedCall]:
+        documents = [r[0] for r in self.db.execute(query, parameters)]
+        calls = CALL_LIST.validate_json("[" + ",".join(documents) + "]")
+        return {c.id: c for c in calls}
+
+    def _history(
+        self, session_id: str, turn_count: int, live: dict[str, TrackedCall]
+    ) -> tuple[list[Any], dict[str, TrackedCall]]:
+        """The settled history as it was at `turn_count` turns (rows added since belong to
+        a newer version of the session, not to this snapshot)."""
+        try:
+            documents = [r[0] for r in self.db.execute(
+                "SELECT document FROM session_turns WHERE session_id = ? AND idx < ?"
+                " ORDER BY idx", (session_id, turn_count - 1))]  # fmt: skip
+            turns = TURN_LIST.validate_json("[" + ",".join(documents) + "]")
+            settled = self._calls(
+                "SELECT document FROM session_calls WHERE session_id = ? AND turn < ?"
+                " AND NOT open ORDER BY rowid",
+                (session_id, turn_count - 2),
+            )
+        except (ValueError, ValidationError) as exc:
+            raise StoreError(f"cannot read the history of session {session_id}: {exc}") from None
+        return turns, {k: c for k, c in settled.items() if k not in live}
 
     def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
+        """One transaction: the compare-and-set on the header, then the new rows."""
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": _now_ms()})  # fmt: skip
         with self._transaction() as db:
             self._check_fences(db, fences)
             changed = db.execute(
                 "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?,"
-                " due_ms = ?, agent_hash = ?, schema_version = ? WHERE id = ? AND version = ?",
-                (stored.version, stored.status, stored.to_json(), stored.updated_ms,
+                " due_ms = ?, agent_hash = ?, schema_version = ?, turn_count = ?"
+                " WHERE id = ? AND version = ?",
+                (stored.version, stored.status, stored.header_json(), stored.updated_ms,
                  stored.due_ms(), stored.agent_hash, stored.schema_version,
-                 session.id, session.version),
+                 stored.turn_count, session.id, session.version),
             ).rowcount  # fmt: skip
             if changed == 0:
                 row = db.execute(
@@ -225,8 +323,33 @@ class SQLiteStore:
                 if row is None:
                     raise SessionNotFound(session.id)
                 raise VersionConflict(session.id, session.version, row[0])
-            self._index_tokens(db, stored)
+            calls = self._write_rows(db, stored)
+        stored.mark_saved(self, calls)
         return stored
+
+    def _write_rows(self, db: sqlite3.Connection, session: Session) -> list[TrackedCall]:
+        """Inside the transaction: the turns and calls this store lacks, and their tokens."""
+        first, turns, calls = session.unsaved(self)
+        db.execute(
+            "DELETE FROM session_turns WHERE session_id = ? AND idx >= ?",
+            (session.id, first + len(turns)),
+        )  # a turn count that shrank (never by the scheduler) leaves no stale rows
+        db.executemany(
+            "INSERT OR REPLACE INTO session_turns VALUES (?, ?, ?)",
+            [(session.id, first + i, TURN.dump_json(t).decode()) for i, t in enumerate(turns)],
+        )
+        db.executemany(
+            "INSERT INTO session_calls VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, call_id)"
+            " DO UPDATE SET turn = excluded.turn, open = excluded.open,"
+            " document = excluded.document",
+            [(session.id, c.id, c.turn, c.state not in TERMINAL_STATES, c.model_dump_json())
+             for c in calls],
+        )  # fmt: skip
+        db.executemany(
+            "INSERT OR IGNORE INTO continuations VALUES (?, ?, ?)",
+            [(call.token, session.id, call.id) for call in calls],
+        )
+        return calls
 
     def _check_fences(self, db: sqlite3.Connection, fences: tuple[Lease, ...]) -> None:
         """Inside a write transaction: FencedOut unless each lease's token is the newest."""
@@ -234,12 +357,6 @@ class SQLiteStore:
             newest = self._token(db, fence.name)
             if newest != fence.fencing_token:
                 raise FencedOut(fence.name, fence.fencing_token, newest)
-
-    def _index_tokens(self, db: sqlite3.Connection, session: Session) -> None:
-        db.executemany(
-            "INSERT OR IGNORE INTO continuations VALUES (?, ?, ?)",
-            [(call.token, session.id, call.id) for call in session.calls.values()],
-        )
 
     def agent_document(self, agent_hash: str) -> dict[str, Any]:
         query = "SELECT document FROM agents WHERE hash = ?"
