@@ -168,7 +168,6 @@ class Worker:
             out.write(payload)
         os._exit(1 if failed else 0)
 
-    run = serve  # the name used before serve()
 
 
 def _as_output(value: Any) -> Output:
