@@ -169,7 +169,6 @@ class Worker:
         os._exit(1 if failed else 0)
 
 
-
 def _as_output(value: Any) -> Output:
     if isinstance(value, TextOutput | JsonOutput | MediaOutput | MixedOutput):
         return value
