@@ -8,7 +8,7 @@ message names what was wrong and where, ready to put in an error envelope.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -36,7 +36,12 @@ _ID_RE = re.compile(ID_PATTERN)
 class RequestError(Exception):
     """A request a worker must refuse; `code` is INVALID_REQUEST or UNSUPPORTED_VERSION."""
 
-    def __init__(self, code: str, message: str, request_id: str | None = None) -> None:
+    def __init__(
+        self,
+        code: Literal["INVALID_REQUEST", "UNSUPPORTED_VERSION"],
+        message: str,
+        request_id: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -71,4 +71,5 @@ def dump(schema: dict[str, Any]) -> str:
 def load(name: str, version: str = VERSION) -> dict[str, Any]:
     """The committed schema file `schemas/<version>/<name>.json`."""
     text = resources.files("envelopes").joinpath(f"schemas/{version}/{name}.json").read_text()
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema

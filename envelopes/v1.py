@@ -14,13 +14,14 @@ Two directions, two rules:
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     WithJsonSchema,
     model_serializer,
     model_validator,
@@ -61,7 +62,7 @@ FILENAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_. -]{0,254}$"
 # --- error codes ---------------------------------------------------------------------
 
 #: Codes a worker may send.
-WORKER_ERROR_CODES = (
+WorkerErrorCode = Literal[
     "UNSUPPORTED_VERSION",
     "INVALID_REQUEST",
     "UNKNOWN_TOOL",
@@ -72,9 +73,9 @@ WORKER_ERROR_CODES = (
     "DEADLINE_EXCEEDED",
     "UNAVAILABLE",
     "INTERNAL",
-)
+]
 #: Codes only the runner produces; a worker that sends one gets MALFORMED_OUTPUT.
-RUNNER_ERROR_CODES = (
+RunnerErrorCode = Literal[
     "WORKER_START_FAILED",
     "WORKER_TIMEOUT",
     "WORKER_CRASHED",
@@ -82,12 +83,17 @@ RUNNER_ERROR_CODES = (
     "MALFORMED_OUTPUT",
     "OUTPUT_TOO_LARGE",
     "CANCELLED",
-)
-ERROR_CODES = WORKER_ERROR_CODES + RUNNER_ERROR_CODES
+]
+#: Every code an error result may carry (nested Literals flatten into one).
+ErrorCode = Literal[WorkerErrorCode, RunnerErrorCode]
+
+WORKER_ERROR_CODES: tuple[WorkerErrorCode, ...] = get_args(WorkerErrorCode)
+RUNNER_ERROR_CODES: tuple[RunnerErrorCode, ...] = get_args(RunnerErrorCode)
+ERROR_CODES: tuple[ErrorCode, ...] = WORKER_ERROR_CODES + RUNNER_ERROR_CODES
 #: Whether a retry of the same request can help, for the codes the runner synthesizes
 #: (workers set `retryable` themselves). A timeout or a crash may be transient; a memory
 #: or output overflow, bad output or a cancellation will happen again.
-RUNNER_CODE_RETRYABLE = {
+RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
     "WORKER_START_FAILED": False,
     "WORKER_TIMEOUT": True,
     "WORKER_CRASHED": True,
@@ -97,25 +103,17 @@ RUNNER_CODE_RETRYABLE = {
     "CANCELLED": False,
 }
 
-ErrorCode = Literal[
-    "UNSUPPORTED_VERSION",
-    "INVALID_REQUEST",
-    "UNKNOWN_TOOL",
-    "INVALID_ARGUMENTS",
-    "PERMISSION_DENIED",
-    "TOOL_FAILED",
-    "LIMIT_EXCEEDED",
-    "DEADLINE_EXCEEDED",
-    "UNAVAILABLE",
-    "INTERNAL",
-    "WORKER_START_FAILED",
-    "WORKER_TIMEOUT",
-    "WORKER_CRASHED",
-    "WORKER_OOM",
-    "MALFORMED_OUTPUT",
-    "OUTPUT_TOO_LARGE",
-    "CANCELLED",
-]
+
+def is_worker_error_code(code: str) -> TypeGuard[WorkerErrorCode]:
+    """Whether `code` is one a worker may send."""
+    return code in WORKER_ERROR_CODES
+
+
+def is_runner_error_code(code: str) -> TypeGuard[RunnerErrorCode]:
+    """Whether `code` is one only the runner may produce."""
+    return code in RUNNER_ERROR_CODES
+
+
 Effects = Literal["none", "contained", "external"]
 
 
@@ -203,8 +201,8 @@ class _Envelope(BaseModel):
     """Shared behaviour: optional fields left unset are omitted on the wire."""
 
     @model_serializer(mode="wrap")
-    def _omit_unset_optionals(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
+    def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
         for name, field in type(self).model_fields.items():
             if not field.is_required() and field.default is None and data.get(name) is None:
                 data.pop(name, None)
@@ -363,9 +361,14 @@ class ToolCallResult(Outbound):
 
     @classmethod
     def fail(
-        cls, id: str, code: str, message: str, retryable: bool = False, version: str = VERSION
+        cls,
+        id: str,
+        code: ErrorCode,
+        message: str,
+        retryable: bool = False,
+        version: str = VERSION,
     ) -> ToolCallResult:
-        error = ErrorInfo(code=code, message=message[:MAX_MESSAGE], retryable=retryable)  # type: ignore[arg-type]
+        error = ErrorInfo(code=code, message=message[:MAX_MESSAGE], retryable=retryable)
         return cls(id=id, version=version, status="error", error=error)
 
 

@@ -38,7 +38,6 @@ from envelopes.v1 import (
     MAX_MESSAGE,
     MAX_REQUEST_BYTES,
     SUPPORTED_VERSIONS,
-    WORKER_ERROR_CODES,
     DescribeRequest,
     DescribeResult,
     Effects,
@@ -49,7 +48,9 @@ from envelopes.v1 import (
     ToolCallRequest,
     ToolCallResult,
     ToolDescription,
+    WorkerErrorCode,
     WorkerInfo,
+    is_worker_error_code,
 )
 
 Output = TextOutput | JsonOutput | MediaOutput | MixedOutput
@@ -120,11 +121,14 @@ class Worker:
 
     def _call(self, request: ToolCallRequest) -> ToolCallResult:
         def fail(code: str, message: str, retryable: bool = False) -> ToolCallResult:
-            if code not in WORKER_ERROR_CODES:  # else ErrorInfo raises or the runner refuses
+            sent: WorkerErrorCode = "INTERNAL"
+            if is_worker_error_code(code):  # else ErrorInfo raises or the runner refuses
+                sent = code
+            else:
                 message = f"tool raised ToolError({code[:64]!r}), not a worker code: {message}"
-                code, retryable = "INTERNAL", False
+                retryable = False
             message = message.encode("utf-8", "replace").decode("utf-8")  # lone surrogates
-            return ToolCallResult.fail(request.id, code, message, retryable, request.version)
+            return ToolCallResult.fail(request.id, sent, message, retryable, request.version)
 
         tool = self._tools.get(request.tool.name)
         if tool is None:

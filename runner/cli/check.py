@@ -49,9 +49,14 @@ def worker_check(
     verbose = [f"{name}={value}" for name, value in VERBOSE_ENV.items()]
     chosen = build_runner(runner, image, argv, env=[*verbose, *(env or [])], env_allow=env_allow)
     target = image if runner == "docker" else " ".join(argv or [])
-    report = anyio.run(
-        lambda: check_worker(chosen, fixtures, target=target or "", probe_timeout_s=probe_timeout)
-    )
+
+    async def check() -> Report:
+        async with chosen:
+            return await check_worker(
+                chosen, fixtures, target=target or "", probe_timeout_s=probe_timeout
+            )
+
+    report = anyio.run(check)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:

@@ -17,12 +17,16 @@ from envelopes import codec, wire
 from envelopes.v1 import MAX_REQUEST_BYTES, ToolCallRequest
 from runner.cli.app import app, fail
 from runner.isolation import (
+    CallOutcome,
     ContainerLimits,
+    DescribeOutcome,
     DockerRunner,
+    EngineUnavailable,
     LocalProcessRunner,
     ProcessLimits,
-    Runner,
+    sweep_containers,
 )
+from runner.isolation.base import ExchangeRunner
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -76,7 +80,7 @@ def build_runner(
     user: str | None = None,
     env: list[str] | None = None,
     env_allow: list[str] | None = None,
-) -> Runner:
+) -> ExchangeRunner:
     variables = parse_env(env or [])
     if runner == "local":
         if image:
@@ -88,10 +92,10 @@ def build_runner(
         for option, value in docker_only.items():
             if value is not None:
                 fail(f"{option} applies to --runner docker only")
-        limits = ProcessLimits()
+        process_limits = ProcessLimits()
         if memory is not None:
-            limits = ProcessLimits(address_space_bytes=parse_size(memory, "--memory"))
-        return LocalProcessRunner(argv, limits, env_allow=env_allow or [], env=variables)
+            process_limits = ProcessLimits(address_space_bytes=parse_size(memory, "--memory"))
+        return LocalProcessRunner(argv, process_limits, env_allow=env_allow or [], env=variables)
     if runner == "docker":
         if not image:
             fail("--runner docker needs --image IMAGE")
@@ -99,16 +103,19 @@ def build_runner(
             fail("--runner docker takes no argv; the image's entrypoint is the worker")
         if env_allow:
             fail("--env-allow applies to --runner local only; use --env NAME=VALUE")
-        overrides: dict[str, object] = {"env": variables}
-        if memory is not None:
-            overrides["memory_bytes"] = parse_size(memory, "--memory")
-        if tmpfs is not None:
-            overrides["tmpfs_bytes"] = parse_size(tmpfs, "--tmpfs-size")
-        for name, value in (("cpus", cpus), ("pids", pids), ("network", network), ("user", user)):
-            if value is not None:
-                overrides[name] = value
+        default = ContainerLimits()
         try:
-            limits = ContainerLimits(**overrides)  # type: ignore[arg-type]
+            limits = ContainerLimits(
+                memory_bytes=default.memory_bytes if memory is None
+                else parse_size(memory, "--memory"),
+                tmpfs_bytes=default.tmpfs_bytes if tmpfs is None
+                else parse_size(tmpfs, "--tmpfs-size"),
+                cpus=default.cpus if cpus is None else cpus,
+                pids=default.pids if pids is None else pids,
+                network=default.network if network is None else network,
+                user=default.user if user is None else user,
+                env=variables,
+            )  # fmt: skip
         except ValueError as exc:
             fail(str(exc))
         return DockerRunner(image, limits)
@@ -178,7 +185,12 @@ def isolate(
                           network=network, tmpfs=tmpfs_size, user=user, env=env,
                           env_allow=env_allow)  # fmt: skip
     call = read_request(request, timeout, max_result_bytes)
-    outcome = anyio.run(chosen.call, call)
+
+    async def run_one() -> CallOutcome:
+        async with chosen:
+            return await chosen.call(call)
+
+    outcome = anyio.run(run_one)
     document = outcome.to_dict() if full else outcome.result.to_wire()
     if outcome.control_characters:  # intact in the JSON, but escaped, never interpreted
         typer.echo("warning: the worker's output holds control or bidi characters", err=True)
@@ -197,7 +209,12 @@ def describe(
 ) -> None:
     """Send a DescribeRequest to a worker and print its DescribeResult."""
     chosen = build_runner(runner, image, argv, env=env, env_allow=env_allow)
-    outcome = anyio.run(chosen.describe, timeout)
+
+    async def describe_one() -> DescribeOutcome:
+        async with chosen:
+            return await chosen.describe(timeout)
+
+    outcome = anyio.run(describe_one)
     if outcome.describe is None:
         tail = outcome.exchange.stderr_tail.decode("utf-8", "replace").strip().splitlines()
         hint = f" (worker stderr: {tail[-1][:200]})" if tail else ""
@@ -212,15 +229,10 @@ def sweep(
     ] = False,
 ) -> None:
     """Remove containers of this project whose owning runner process is gone."""
-    import docker
-
-    from runner.isolation import containers
-
     try:
-        api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
-        report = containers.sweep(api, everything=everything)
-    except docker.errors.DockerException as exc:
-        fail(f"cannot reach the Docker engine: {exc}", code=1)
+        report = sweep_containers(everything=everything)
+    except EngineUnavailable as exc:
+        fail(str(exc), code=1)
     typer.echo(f"removed {len(report.removed)} container(s), kept {len(report.kept)}")
     for name in report.removed:
         typer.echo(f"  removed {name}")

@@ -8,13 +8,17 @@ A runner knows nothing of sessions, policies or stores.
 
 Runners are built on `exchange()`: write one payload to a fresh worker, read what comes
 back under caps and a deadline, clean up. `call()` and `describe()` are shared on top.
+
+A runner owns what it opened (a Docker client, say) and releases it in `aclose()`, which
+`async with runner:` calls on the way out; a runner that holds nothing closes trivially.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Protocol, runtime_checkable
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
 
 from envelopes import codec
 from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
@@ -39,9 +43,48 @@ class Runner(Protocol):
 
     async def describe(self, timeout_s: float = 30.0) -> DescribeOutcome: ...
 
+    async def aclose(self) -> None:
+        """Release what the runner owns (clients it created, never ones it was given).
+        Idempotent; calls already under way are not interrupted, and a runner that holds
+        resources refuses new calls afterwards (RunnerClosed)."""
+        ...
+
+    async def __aenter__(self) -> Self:
+        """`async with runner:` returns the runner itself..."""
+        ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """...and closes it on the way out (`aclose`)."""
+        ...
+
+
+class RunnerClosed(RuntimeError):
+    """A call was made on a runner (or pool) after it was closed: the caller's fault."""
+
 
 class ExchangeRunner(ABC):
-    """Shared `call`/`describe` for runners that implement `exchange`."""
+    """Shared `call`/`describe` for runners that implement `exchange`, and `async with`
+    support on top of `aclose` (which holds nothing by default)."""
+
+    async def aclose(self) -> None:
+        """Release what this runner owns; nothing, unless a subclass says otherwise."""
+        return
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     @abstractmethod
     async def exchange(

@@ -8,7 +8,7 @@ machine. Containers owned by a live process, or by another machine, are left alo
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -17,6 +17,8 @@ from typing import Any
 
 import docker.errors
 
+logger = logging.getLogger(__name__)
+
 LABEL_MANAGED = "io.agents-runner.managed"
 LABEL_OWNER = "io.agents-runner.owner"
 LABEL_OWNER_HOST = "io.agents-runner.owner-host"
@@ -24,11 +26,13 @@ LABEL_CALL = "io.agents-runner.call"
 LABEL_ROLE = "io.agents-runner.role"
 
 
+@cache
 def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
-    except OSError:
+    except OSError as exc:
+        logger.warning("cannot read the boot id (%s): owner tokens name an unknown boot", exc)
         return "unknown-boot"
 
 
@@ -37,7 +41,7 @@ def _start_ticks(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-    except OSError:
+    except OSError:  # no such process (any more)
         return None
     # The command name (field 2) may contain spaces and parentheses: split after it.
     return stat.rsplit(")", 1)[1].split()[19]
@@ -93,8 +97,12 @@ def sweep(api: Any, *, everything: bool = False) -> SweepReport:
             labels.get(LABEL_OWNER, "")
         )
         if everything or orphaned:
-            with contextlib.suppress(docker.errors.NotFound):  # already gone
+            try:
                 api.remove_container(summary["Id"], force=True)
+            except docker.errors.NotFound:
+                logger.debug("sweep: container %s was already gone", name)
+            logger.info("sweep: removed container %s (owner %s, call %s)", name,
+                        labels.get(LABEL_OWNER, "?"), labels.get(LABEL_CALL, "?"))  # fmt: skip
             removed.append(name)
         else:
             kept.append(name)

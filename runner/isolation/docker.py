@@ -11,12 +11,17 @@ would leave the container running (moby #35647).
 
 `converse` is that lifecycle from the write on, whoever made the container: a cold start
 here, or a warm container from pool.py, which uses the same steps.
+
+Every docker SDK call blocks, so each runs in a worker thread, never on the event loop.
+The runner owns the docker client it creates (on first use) and closes it in `aclose()`;
+a client it was given belongs to the caller. Log lines name the call and the container.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import selectors
 import socket
 import time
@@ -33,9 +38,11 @@ import docker.errors
 import requests.exceptions
 from docker.types import LogConfig, Ulimit
 
-from runner.isolation.base import ExchangeRunner, seconds_until
+from runner.isolation.base import ExchangeRunner, RunnerClosed, seconds_until
 from runner.isolation.containers import labels_for, sweep
-from runner.isolation.outcome import Exchange, TailBuffer
+from runner.isolation.outcome import Exchange, Intervention, TailBuffer
+
+logger = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 #: Our seccomp profile (images/seccomp/generate.py): Docker's default leaves ptrace,
@@ -81,7 +88,7 @@ class ContainerLimits:
             raise ValueError("ContainerLimits.network must name a network ('none' for none)")
 
     def host_config(self, api: docker.APIClient) -> dict[str, Any]:
-        return api.create_host_config(
+        config: dict[str, Any] = api.create_host_config(
             network_mode=self.network,
             read_only=self.read_only_root,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_bytes},mode=1777"},
@@ -102,6 +109,7 @@ class ContainerLimits:
             log_config=LogConfig(type="none"),
             privileged=False,
         )
+        return config
 
     def _seccomp_option(self) -> list[str]:
         if self.seccomp_profile is None:
@@ -138,8 +146,13 @@ class DockerRunner(ExchangeRunner):
         self.limits = limits or ContainerLimits()
         self.command = command
         self._api = api
+        self._owns_api = api is None
+        self._closed = False
 
     def api(self) -> docker.APIClient:
+        """The docker client (blocking: the first use negotiates the API version)."""
+        if self._closed:
+            raise RunnerClosed(f"the DockerRunner for {self.image!r} is closed")
         if self._api is None:
             # DOCKER_HOST and friends are honoured, as by the docker CLI.
             self._api = docker.APIClient(
@@ -147,9 +160,27 @@ class DockerRunner(ExchangeRunner):
             )
         return self._api
 
+    async def aclose(self) -> None:
+        """Close the docker client this runner created (not one it was given); new calls
+        are refused afterwards. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        api, self._api = self._api, None
+        if api is not None and self._owns_api:
+            await anyio.to_thread.run_sync(api.close)
+            logger.debug("closed the docker client of the runner for %s", self.image)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def exchange(
         self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
     ) -> Exchange:
+        if self._closed:
+            raise RunnerClosed(f"the DockerRunner for {self.image!r} is closed")
+
         async def cold_start() -> Started:
             return await self.start_container(call_label)
 
@@ -188,6 +219,8 @@ class DockerRunner(ExchangeRunner):
                 return ex
             ex.runner_info["container"] = container.id[:12]
             ex.runner_info["pooled"] = container.pooled
+            logger.debug("call %s: container %s (%s)", container.call, container.id[:12],
+                         "warm" if container.pooled else "cold")  # fmt: skip
             stream = await anyio.to_thread.run_sync(
                 _pump,
                 container.sock,
@@ -210,10 +243,11 @@ class DockerRunner(ExchangeRunner):
 
     def discard(self, container: Started) -> None:
         """Close our end of its streams and remove it (blocking)."""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # already shut down by the exchange
             container.sock.shutdown(socket.SHUT_RDWR)
         container.sock.close()
         self._remove(container.id)
+        logger.debug("removed container %s (call %s)", container.id[:12], container.call)
 
     # --- steps, each run in a worker thread (the docker SDK blocks) -------------------
 
@@ -255,22 +289,32 @@ class DockerRunner(ExchangeRunner):
             )
             api.start(container_id)
         except BaseException as exc:
+            logger.warning("call %s: container %s did not start (%s); removing it",
+                           call_label, container_id[:12], exc)  # fmt: skip
             self._remove(container_id)
             if isinstance(exc, docker.errors.APIError):
                 raise StartFailed(f"the container did not start: {exc.explanation}") from None
             raise
-        return Started(container_id, attached._sock, pooled=role == "pool")
+        logger.debug("call %s: started container %s (role %s)", call_label, container_id[:12],
+                     role)  # fmt: skip
+        return Started(container_id, attached._sock, pooled=role == "pool", call=call_label)
 
     def _finish(self, container_id: str, stream: _Stream, ex: Exchange) -> None:
         api = self.api()
         if stream.intervention is not None or not stream.eof:
-            with contextlib.suppress(docker.errors.APIError):
+            logger.debug("container %s: killing it (%s)", container_id[:12],
+                         stream.intervention or "its streams did not end")  # fmt: skip
+            try:
                 api.kill(container_id)
+            except docker.errors.APIError as exc:  # it exited on its own meanwhile
+                logger.debug("container %s: kill refused: %s", container_id[:12], exc)
         try:
             status = api.wait(container_id, timeout=30)["StatusCode"]
             oom_killed = bool(api.inspect_container(container_id)["State"].get("OOMKilled"))
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             # The engine lost track of it; it is removed in any case. Report a kill.
+            logger.warning("container %s: the engine gave no exit status: %s",
+                           container_id[:12], exc)  # fmt: skip
             status, oom_killed = 128 + 9, False
             stream.detail = stream.detail or f"the engine gave no exit status: {exc}"
         ex.stdout, ex.stdout_bytes, ex.stdout_truncated = (
@@ -286,11 +330,13 @@ class DockerRunner(ExchangeRunner):
             ex.intervention = "oom"
             ex.detail = f"the container hit its memory limit of {self.limits.memory_bytes} bytes"
         elif stream.intervention is not None:
-            ex.intervention, ex.detail = stream.intervention, stream.detail  # type: ignore[assignment]
+            ex.intervention, ex.detail = stream.intervention, stream.detail
 
     def _remove(self, container_id: str) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
+        try:
             self.api().remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            logger.debug("container %s was already gone", container_id[:12])
 
 
 class StartFailed(Exception):
@@ -305,6 +351,8 @@ class Started:
     id: str
     sock: socket.socket
     pooled: bool = False
+    #: The call it was started for (the pool's label until a call takes it).
+    call: str = ""
     started_at: float = field(default_factory=time.monotonic)
 
 
@@ -314,9 +362,12 @@ async def _sweep_once(runner: DockerRunner) -> None:
     if not _SWEPT:
         _SWEPT = True
         try:
-            await anyio.to_thread.run_sync(sweep, runner.api())
+            # runner.api() may negotiate the API version: it blocks, so it is in the thread.
+            await anyio.to_thread.run_sync(lambda: sweep(runner.api()))
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             _SWEPT = False  # try again with the next call
+            logger.warning("the first sweep of this process could not reach the engine: %s",
+                           exc)  # fmt: skip
             raise StartFailed(f"cannot reach the Docker engine: {exc}") from None
 
 
@@ -327,7 +378,7 @@ class _Stream:
     stdout_truncated: bool = False
     stderr: TailBuffer = field(default_factory=TailBuffer)
     stderr_truncated: bool = False
-    intervention: str | None = None
+    intervention: Intervention | None = None
     detail: str = ""
     eof: bool = False  # the worker's streams ended on their own
 
@@ -357,12 +408,12 @@ def _pump(
                     if events & selectors.EVENT_WRITE and pending:
                         try:
                             pending = pending[sock.send(pending) :]
-                        except BlockingIOError:
+                        except BlockingIOError:  # the buffer is full: wait for EVENT_WRITE
                             pass
                         except OSError:  # the worker closed its stdin early: fine
                             pending = pending[len(pending) :]
                         if not pending:
-                            with contextlib.suppress(OSError):
+                            with contextlib.suppress(OSError):  # the worker already hung up
                                 sock.shutdown(socket.SHUT_WR)
                             selector.modify(sock, selectors.EVENT_READ)
                     if events & selectors.EVENT_READ:

@@ -11,12 +11,16 @@ Lifecycle of one call, top to bottom:
   exit, SIGKILL what is left of the group
   (daemons and grandchildren holding the pipes) -> on deadline, SIGTERM the group, grace,
   SIGKILL -> reap, close, remove the working directory.
+
+Starting and reaping the process block (fork/exec, waitpid), so they run in a worker
+thread. The runner holds nothing between calls: `aclose()` has nothing to release.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import resource
 import shutil
@@ -28,9 +32,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.to_thread
 
 from runner.isolation.base import ExchangeRunner, seconds_until
-from runner.isolation.outcome import Exchange, TailBuffer
+from runner.isolation.outcome import Exchange, Intervention, TailBuffer
+
+logger = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 #: Variables passed through from the runner's environment when the caller names no others.
@@ -135,36 +142,48 @@ class LocalProcessRunner(ExchangeRunner):
         proc: subprocess.Popen[bytes] | None = None
         try:
             try:
-                env = self.worker_environment(workdir)
-                proc = subprocess.Popen(
-                    self.command() if _PRLIMIT is None else self._spawn_argv(env),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=workdir,
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=self._apply_rlimits if _PRLIMIT is None else None,
-                    close_fds=True,
-                )
+                proc = await self._start(workdir)
             except OSError as exc:
+                logger.warning("call %s: cannot start %r: %s", call_label, self.argv[0], exc)
                 ex.intervention = "start_failed"
                 ex.detail = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
                 return ex
             ex.runner_info["pid"] = proc.pid
+            logger.debug("call %s: started worker pid %d", call_label, proc.pid)
             await _Supervisor(proc, self.limits, ex).run(payload, deadline_ms, stdout_cap)
         finally:
             if proc is not None:
                 _kill_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-                for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        with contextlib.suppress(OSError):
-                            pipe.close()
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(_reap, proc)
                 ex.exit_code, ex.signal = _exit_status(proc.returncode)
+                logger.debug("call %s: worker pid %d ended (exit %s, signal %s%s)", call_label,
+                             proc.pid, ex.exit_code, ex.signal,
+                             f", {ex.intervention}" if ex.intervention else "")  # fmt: skip
             shutil.rmtree(workdir, ignore_errors=True)
             ex.duration_ms = (time.monotonic() - started) * 1000
         return ex
+
+    async def _start(self, workdir: str) -> subprocess.Popen[bytes]:
+        # Shielded: a process that was started always reaches the caller's `finally`.
+        with anyio.CancelScope(shield=True):
+            proc = await anyio.to_thread.run_sync(self._spawn, workdir)
+        return proc
+
+    def _spawn(self, workdir: str) -> subprocess.Popen[bytes]:
+        """Start the worker (blocking: fork and exec)."""
+        env = self.worker_environment(workdir)
+        return subprocess.Popen(
+            self.command() if _PRLIMIT is None else self._spawn_argv(env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+            preexec_fn=self._apply_rlimits if _PRLIMIT is None else None,
+            close_fds=True,
+        )
 
 
 _PRLIMIT_NAMES = {resource.RLIMIT_CORE: "core", resource.RLIMIT_NOFILE: "nofile",
@@ -178,8 +197,17 @@ def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
         os.killpg(pgid, sig)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the (killed) worker and close our ends of its pipes (blocking)."""
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # closing a pipe the worker broke
+                pipe.close()
 
 
 class _Supervisor:
@@ -224,9 +252,8 @@ class _Supervisor:
     async def _wait_exit(self) -> None:
         try:
             pidfd = os.pidfd_open(self.proc.pid)
-        except (AttributeError, OSError):  # old kernel: poll instead
-            while self.proc.poll() is None:
-                await anyio.sleep(0.005)
+        except (AttributeError, OSError):  # old kernel: wait in a thread instead
+            await anyio.to_thread.run_sync(self.proc.wait, abandon_on_cancel=True)
             return
         try:
             await anyio.wait_readable(pidfd)
@@ -241,9 +268,9 @@ class _Supervisor:
             self.ex.detail += f", then SIGKILL after {self.limits.term_grace_s:g}s"
         _kill_group(self.proc.pid, signal.SIGKILL)
 
-    def _stop(self, intervention: str, detail: str) -> None:
+    def _stop(self, intervention: Intervention, detail: str) -> None:
         if self.ex.intervention is None:
-            self.ex.intervention = intervention  # type: ignore[assignment]
+            self.ex.intervention = intervention
             self.ex.detail = detail
         _kill_group(self.proc.pid, signal.SIGKILL)
 
@@ -251,6 +278,7 @@ class _Supervisor:
         assert self.proc.stdin is not None
         fd = self.proc.stdin.fileno()
         view = memoryview(payload)
+        # A worker may close its stdin before reading it all: its answer still counts.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             while view:
                 await anyio.wait_writable(fd)

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envelopes import codec
-from envelopes.v1 import RUNNER_CODE_RETRYABLE, DescribeResult, ToolCallRequest, ToolCallResult
+from envelopes.v1 import (
+    RUNNER_CODE_RETRYABLE,
+    DescribeResult,
+    ErrorCode,
+    RunnerErrorCode,
+    ToolCallRequest,
+    ToolCallResult,
+)
 
 #: How much of the worker's stderr an outcome keeps (the end, where errors are).
 STDERR_TAIL_BYTES = 64 * 1024
@@ -94,7 +101,7 @@ class DescribeOutcome:
     """A worker's DescribeResult, or why there is none (`error_code`, `message`)."""
 
     describe: DescribeResult | None
-    error_code: str | None
+    error_code: RunnerErrorCode | None
     message: str
     exchange: Exchange
 
@@ -138,11 +145,13 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _runner_error(request_id: str, version: str, code: str, message: str) -> ToolCallResult:
+def _runner_error(
+    request_id: str, version: str, code: RunnerErrorCode, message: str
+) -> ToolCallResult:
     return ToolCallResult.fail(request_id, code, message, RUNNER_CODE_RETRYABLE[code], version)
 
 
-def _intervention_error(ex: Exchange, limit_hint: str) -> tuple[str, str] | None:
+def _intervention_error(ex: Exchange, limit_hint: str) -> tuple[RunnerErrorCode, str] | None:
     """The runner's own code when it had to step in, else None."""
     match ex.intervention:
         case "start_failed":
@@ -218,7 +227,7 @@ def call_outcome(request: ToolCallRequest, ex: Exchange) -> CallOutcome:
     )
 
 
-def refused_outcome(request: ToolCallRequest, code: str, message: str) -> CallOutcome:
+def refused_outcome(request: ToolCallRequest, code: ErrorCode, message: str) -> CallOutcome:
     """The outcome of a call the runner refused before starting any worker."""
     result = ToolCallResult.fail(request.id, code, message, False, request.version)
     return CallOutcome(result, None, None, 0.0, 0, 0, False, False, "", {"started": False})

@@ -10,22 +10,30 @@ collect, remove) and is destroyed; a replacement is started in the background.
         runner = pool.pooled(DockerRunner("agents-runner/bash-runner:latest"))
         outcome = await runner.call(request)        # safe from many tasks at once
 
+Lifecycle, top to bottom: NEW (built, holds nothing) -> OPEN (`async with` entered: the
+pool's task group runs its refills and its recycler) -> CLOSING (the block is left:
+background work is cancelled, calls still under way finish, every idle or starting
+container is removed, the runners given to `pooled` are closed) -> CLOSED. A pool is
+opened once; `pooled` and calls through a pooled runner outside OPEN raise
+PoolStateError, which names the state.
+
 Shelves are keyed by image, command and limits. A call that finds its shelf empty waits
 for a container already being started that no other call claimed, else starts cold: an
 empty pool is never a failure. Idle containers older than `max_idle_s`, or whose worker
-has died, are replaced. The pool owns its background work (a task group that lives as
-long as the `async with`); on exit every idle or starting container is removed, and a
-pool left by a crashed process is removed by the sweeper (containers.py), which also
-runs before the first container of a process starts: pooled containers carry the owner
-token and the role `pool`. One pool serves one event loop.
+has died, are replaced. A pool left by a crashed process is removed by the sweeper
+(containers.py), which also runs before the first container of a process starts: pooled
+containers carry the owner token and the role `pool`. One pool serves one event loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import logging
 import socket
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -36,14 +44,37 @@ import docker.errors
 from anyio.abc import TaskGroup
 from requests.exceptions import RequestException
 
-from runner.isolation.base import ExchangeRunner, Runner, seconds_until
+from runner.isolation.base import ExchangeRunner, Runner, RunnerClosed, seconds_until
 from runner.isolation.docker import DockerRunner, Started, StartFailed
 from runner.isolation.outcome import Exchange
+
+logger = logging.getLogger(__name__)
 
 #: The call label of a container that is not yet serving a call.
 POOL_LABEL = "warm-pool"
 #: What a background start or removal may meet; it pauses a shelf, never ends the pool.
 _ENGINE_ERRORS = (StartFailed, docker.errors.DockerException, RequestException, OSError)
+
+
+class PoolState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class PoolStateError(RunnerClosed):
+    """The pool was used outside its OPEN state (before `async with`, or after it)."""
+
+    def __init__(self, state: PoolState, action: str) -> None:
+        hint = {
+            PoolState.NEW: "enter it first: `async with WarmPool(...) as pool:`",
+            PoolState.OPEN: "a pool is opened once",
+            PoolState.CLOSING: "its `async with` block was left; open a new pool",
+            PoolState.CLOSED: "its `async with` block was left; open a new pool",
+        }[state]
+        super().__init__(f"cannot {action}: the WarmPool is {state.value} ({hint})")
+        self.state = state
 
 
 @dataclass(frozen=True)
@@ -91,20 +122,35 @@ class _Shelf:
 class WarmPool:
     def __init__(self, settings: PoolSettings | None = None) -> None:
         self.settings = settings or PoolSettings()
+        self._state = PoolState.NEW
         self._shelves: dict[tuple[str, ...], _Shelf] = {}
+        #: Every DockerRunner given to `pooled`: the pool closes them on exit.
+        self._owned: list[DockerRunner] = []
         self._limiter = anyio.CapacityLimiter(self.settings.refill_concurrency)
         self._tasks: TaskGroup | None = None
-        self._closed = False
+        self._exit: contextlib.AsyncExitStack | None = None
+        #: Set (and replaced) whenever idle containers, calls under way or the state change.
+        self._change = anyio.Event()
+        self._calls_under_way = 0
+
+    @property
+    def state(self) -> PoolState:
+        return self._state
 
     def pooled(self, runner: Runner) -> Runner:
-        """`runner` served from this pool: a DockerRunner gets warm containers; any other
-        runner (a local process has nothing to warm) is returned as it is."""
+        """`runner` served from this pool, which now owns it (and closes it on exit): a
+        DockerRunner gets warm containers; any other runner (a local process has nothing
+        to warm) is returned as it is. The pool must be open."""
+        self._require_open("serve a runner from it")
         if not isinstance(runner, DockerRunner):
             return runner
+        if all(owned is not runner for owned in self._owned):
+            self._owned.append(runner)
         key = (runner.image, repr(runner.command), repr(runner.limits))
         shelf = self._shelves.get(key)
         if shelf is None:
             shelf = self._shelves[key] = _Shelf(runner)
+            logger.info("warm pool: new shelf for %s (size %d)", runner.image, self.settings.size)
             self._refill(shelf)
         return PooledRunner(self, shelf)
 
@@ -112,24 +158,42 @@ class WarmPool:
         """Idle containers across all shelves."""
         return sum(len(shelf.idle) for shelf in self._shelves.values())
 
+    def starting(self) -> int:
+        """Containers being created and started across all shelves."""
+        return sum(shelf.starting for shelf in self._shelves.values())
+
+    @property
+    def calls_under_way(self) -> int:
+        """Calls through this pool's runners that have not returned yet."""
+        return self._calls_under_way
+
     async def filled(self, timeout_s: float = 60.0) -> bool:
-        """Wait until every shelf holds `size` idle containers (False on timeout)."""
+        """Wait until every shelf holds `size` idle containers (False on timeout, or when
+        the pool is not open)."""
         with anyio.move_on_after(timeout_s):
-            while any(len(s.idle) < self.settings.size for s in self._shelves.values()):
-                await anyio.sleep(0.02)
-            return True
+            while self._state is PoolState.OPEN:
+                change = self._change
+                if all(len(s.idle) >= self.settings.size for s in self._shelves.values()):
+                    return True
+                await change.wait()
         return False
+
+    def _changed(self) -> None:
+        self._change.set()
+        self._change = anyio.Event()
+
+    def _require_open(self, action: str) -> None:
+        if self._state is not PoolState.OPEN:
+            raise PoolStateError(self._state, action)
 
     # --- lifetime ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._tasks is not None or self._closed:
-            raise RuntimeError("a WarmPool can be entered once")
-        self._tasks = anyio.create_task_group()
-        await self._tasks.__aenter__()
-        self._tasks.start_soon(self._recycle_forever)
-        for shelf in self._shelves.values():
-            self._refill(shelf)
+        if self._state is not PoolState.NEW:
+            raise PoolStateError(self._state, "enter the WarmPool again (a pool is opened once)")
+        exit_stack = contextlib.AsyncExitStack()
+        await exit_stack.enter_async_context(self._lifespan())
+        self._exit = exit_stack
         return self
 
     async def __aexit__(
@@ -138,20 +202,58 @@ class WarmPool:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._closed = True
-        assert self._tasks is not None
-        self._tasks.cancel_scope.cancel()
+        exit_stack, self._exit = self._exit, None
+        if exit_stack is not None:  # None: already left
+            await exit_stack.__aexit__(exc_type, exc, tb)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self) -> AsyncIterator[None]:
+        """The pool's task group, open for as long as the `async with` block runs. What
+        the block raises leaves as it is (not in a group): it is held while the
+        background work ends and the containers are removed, then raised."""
+        raised: BaseException | None = None
         try:
-            await self._tasks.__aexit__(None, None, None)
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                self._state = PoolState.OPEN
+                logger.info("warm pool opened (%s)", self.settings)
+                tasks.start_soon(self._recycle_forever)
+                try:
+                    yield
+                except BaseException as exc:
+                    raised = exc
+                finally:
+                    self._state = PoolState.CLOSING
+                    self._changed()
+                    tasks.cancel_scope.cancel()
         finally:
-            # Starts under way finish shielded and see `_closed`: they remove their own.
+            self._tasks = None
             with anyio.CancelScope(shield=True):
-                async with anyio.create_task_group() as removals:
-                    for shelf in self._shelves.values():
-                        while self._hand_over(shelf, None):
-                            pass
-                        while shelf.idle:
-                            removals.start_soon(_discard, shelf.runner, shelf.idle.popleft())
+                await self._close()
+        if raised is not None:
+            raise raised
+
+    async def _close(self) -> None:
+        """Wait for the calls under way, remove every container left, close the runners."""
+        for shelf in self._shelves.values():  # calls waiting for a start now go cold
+            while self._hand_over(shelf, None):
+                pass
+        if self._calls_under_way:
+            logger.info("warm pool closing: waiting for %d call(s) under way",
+                        self._calls_under_way)  # fmt: skip
+        while self._calls_under_way:
+            await self._change.wait()
+        removed = 0
+        async with anyio.create_task_group() as removals:
+            for shelf in self._shelves.values():
+                while shelf.idle:
+                    removed += 1
+                    removals.start_soon(_discard, shelf.runner, shelf.idle.popleft())
+        for runner in self._owned:
+            await runner.aclose()
+        self._state = PoolState.CLOSED
+        self._changed()
+        logger.info("warm pool closed: %d idle container(s) removed", removed)
 
     # --- taking and refilling ----------------------------------------------------------
 
@@ -202,14 +304,16 @@ class WarmPool:
             if candidate.started_at >= oldest_allowed and _worker_waiting(candidate.sock):
                 taken = candidate
             else:
+                logger.debug("warm pool: container %s is stale or its worker died; replacing"
+                             " it", candidate.id[:12])  # fmt: skip
                 self.remove_soon(shelf, candidate)
+        self._changed()
         self._refill(shelf)
         return taken
 
     def _refill(self, shelf: _Shelf) -> None:
-        if not self._open() or time.monotonic() < shelf.paused_until:
+        if self._tasks is None or not self._open() or time.monotonic() < shelf.paused_until:
             return
-        assert self._tasks is not None
         for _ in range(self.settings.size - len(shelf.idle) - max(0, shelf.unclaimed_starts())):
             shelf.starting += 1
             self._tasks.start_soon(self._start_one, shelf)
@@ -217,32 +321,37 @@ class WarmPool:
     async def _start_one(self, shelf: _Shelf) -> None:
         try:
             async with self._limiter:
-                if self._closed:
+                if not self._open():
                     return
                 # Shielded: a container the engine made is either shelved or removed.
                 with anyio.CancelScope(shield=True):
                     try:
                         container = await shelf.runner.start_container(POOL_LABEL, role="pool")
-                    except _ENGINE_ERRORS:
+                    except _ENGINE_ERRORS as exc:
+                        logger.warning("warm pool: cannot start a container of %s (%s);"
+                                       " refilling pauses %gs", shelf.runner.image, exc,
+                                       self.settings.retry_after_s)  # fmt: skip
                         shelf.paused_until = time.monotonic() + self.settings.retry_after_s
                         self._hand_over(shelf, None)
                         return
-                    if self._closed:
+                    if not self._open():
                         await _discard(shelf.runner, container)
                         return
                 if not self._hand_over(shelf, container):
                     shelf.idle.append(container)
+                    self._changed()
         finally:
             shelf.starting -= 1
             self._refill(shelf)
 
     def _open(self) -> bool:
-        return self._tasks is not None and not self._closed
+        return self._state is PoolState.OPEN
 
     def remove_soon(self, shelf: _Shelf, container: Started) -> None:
         """Remove a used or expired container in the background (the pool must be open);
         the pool's exit waits for every removal it started."""
-        assert self._tasks is not None and not self._closed
+        if self._tasks is None:
+            raise PoolStateError(self._state, "remove a container in the background")
         self._tasks.start_soon(_discard, shelf.runner, container)
 
     async def release(self, shelf: _Shelf, container: Started) -> None:
@@ -251,6 +360,17 @@ class WarmPool:
             self.remove_soon(shelf, container)
         else:
             await _discard(shelf.runner, container)
+
+    @contextlib.contextmanager
+    def _track_call(self) -> Iterator[None]:
+        """Count a call through a pooled runner: the pool's exit waits for it."""
+        self._require_open("call through a pooled runner")
+        self._calls_under_way += 1
+        try:
+            yield
+        finally:
+            self._calls_under_way -= 1
+            self._changed()
 
     async def _recycle_forever(self) -> None:
         """Replace idle containers past their age (and dead ones) as they expire."""
@@ -262,35 +382,51 @@ class WarmPool:
                 keep = deque(c for c in shelf.idle if c.started_at >= oldest_allowed)
                 for container in shelf.idle:
                     if container.started_at < oldest_allowed:
+                        logger.debug("warm pool: container %s idled past %gs; replacing it",
+                                     container.id[:12], self.settings.max_idle_s)  # fmt: skip
                         self.remove_soon(shelf, container)
-                shelf.idle = keep
+                if len(keep) != len(shelf.idle):
+                    shelf.idle = keep
+                    self._changed()
                 self._refill(shelf)
 
 
 class PooledRunner(ExchangeRunner):
-    """A DockerRunner whose calls start from a warm container when one is ready."""
+    """A DockerRunner whose calls start from a warm container when one is ready. The pool
+    owns the DockerRunner; `aclose` closes only this handle (later calls are refused)."""
 
     def __init__(self, pool: WarmPool, shelf: _Shelf) -> None:
         self.pool = pool
         self._shelf = shelf
+        self._closed = False
 
     @property
     def docker(self) -> DockerRunner:
         return self._shelf.runner
 
+    async def aclose(self) -> None:
+        self._closed = True
+
     async def exchange(
         self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
     ) -> Exchange:
+        if self._closed:
+            raise RunnerClosed(f"this pooled runner for {self.docker.image!r} is closed")
+
         async def warm_or_cold() -> Started:
             warm = await self.pool.acquire(self._shelf, deadline_ms)
-            return warm if warm is not None else await self.docker.start_container(call_label)
+            if warm is None:
+                return await self.docker.start_container(call_label)
+            warm.call = call_label
+            return warm
 
         async def release(container: Started) -> None:
             await self.pool.release(self._shelf, container)
 
-        return await self.docker.converse(
-            payload, deadline_ms, stdout_cap, warm_or_cold, release=release
-        )
+        with self.pool._track_call():
+            return await self.docker.converse(
+                payload, deadline_ms, stdout_cap, warm_or_cold, release=release
+            )
 
 
 def _worker_waiting(sock: socket.socket) -> bool:
@@ -305,6 +441,12 @@ def _worker_waiting(sock: socket.socket) -> bool:
 
 async def _discard(runner: DockerRunner, container: Started) -> None:
     """Remove a container in the background. Should the engine fail to, the error must
-    not end the pool (and every call with it): the sweeper removes it later."""
-    with anyio.CancelScope(shield=True), contextlib.suppress(*_ENGINE_ERRORS):
-        await anyio.to_thread.run_sync(runner.discard, container)
+    not end the pool (and every call with it): it is logged, and the sweeper removes the
+    container later."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await anyio.to_thread.run_sync(runner.discard, container)
+        except _ENGINE_ERRORS as exc:
+            logger.warning("warm pool: could not remove container %s (call %s): %s; the"
+                           " sweeper removes it later", container.id[:12], container.call,
+                           exc)  # fmt: skip

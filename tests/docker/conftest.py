@@ -10,9 +10,10 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio
 import docker
 import pytest
 
@@ -57,6 +58,18 @@ def labelled_containers(api: docker.APIClient) -> list[dict]:
     """Containers this test process made (other processes may be running tests too)."""
     labels = [f"{LABEL_MANAGED}=1", f"{LABEL_OWNER}={my_owner_token()}"]
     return api.containers(all=True, filters={"label": labels})
+
+
+async def wait_until(
+    condition: Callable[[], bool], timeout_s: float = 30.0, interval_s: float = 0.05
+) -> None:
+    """Poll the engine until `condition()` holds; fail after `timeout_s` (a hang, not a
+    speed judgement). For facts only the engine knows, such as a background removal."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            if condition():
+                return
+            await anyio.sleep(interval_s)
 
 
 @pytest.fixture(scope="session", autouse=True)

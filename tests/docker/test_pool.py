@@ -1,6 +1,7 @@
 """WarmPool against the real engine: one call per container, nothing left behind (on exit,
 on cancellation, after a crash via the sweeper), deadlines from the call's start, cold
-start when the shelf is empty, idle containers recycled. No speed assertions here:
+start when the shelf is empty, idle containers recycled, and the pool's lifecycle (new,
+open, closing, closed; use outside "open" refused). No speed assertions here:
 scripts/bench measures speed."""
 
 from __future__ import annotations
@@ -13,10 +14,18 @@ import anyio
 import docker
 import pytest
 
-from runner.isolation import DockerRunner, PoolSettings, WarmPool, sweep
+from runner.isolation import (
+    DockerRunner,
+    PoolSettings,
+    PoolState,
+    PoolStateError,
+    RunnerClosed,
+    WarmPool,
+    sweep,
+)
 from runner.isolation.containers import LABEL_MANAGED, LABEL_OWNER, LABEL_ROLE, owner_token
 from tests.conftest import REPO, make_request
-from tests.docker.conftest import BASH_IMAGE, labelled_containers
+from tests.docker.conftest import BASH_IMAGE, labelled_containers, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -48,9 +57,8 @@ async def test_a_pooled_container_serves_one_call_and_the_pool_leaves_nothing(ap
             if n < 2:  # the first two come from the filled shelf
                 assert outcome.runner_info["pooled"] is True
         assert len(set(used)) == 5
-        with anyio.fail_after(30):  # used containers are removed in the background
-            while set(used) & ids(api):
-                await anyio.sleep(0.1)
+        # Used containers are removed in the background.
+        await wait_until(lambda: not set(used) & ids(api))
         assert ids(api, role="pool"), "the shelf is refilled"
     assert labelled_containers(api) == []
 
@@ -58,7 +66,9 @@ async def test_a_pooled_container_serves_one_call_and_the_pool_leaves_nothing(ap
 async def test_exit_while_containers_are_starting_leaves_nothing(api):
     async with WarmPool(PoolSettings(size=3, refill_concurrency=3)) as pool:
         pool.pooled(DockerRunner(BASH_IMAGE, api=api))
-        await anyio.sleep(0.2)  # starts under way, none finished
+        # The engine holds a container of the pool whose start has not finished.
+        await wait_until(lambda: pool.starting() > 0 and bool(ids(api, role="pool")), 60, 0.01)
+    assert pool.state is PoolState.CLOSED
     assert labelled_containers(api) == []
 
 
@@ -82,9 +92,6 @@ async def test_an_empty_pool_starts_cold(api):
         outcome = await pool.pooled(DockerRunner(BASH_IMAGE, api=api)).call(bash("echo cold"))
         assert outcome.ok, outcome.result
         assert outcome.runner_info["pooled"] is False
-    # A pool that was never entered has no shelves to serve from: cold too.
-    outcome = await WarmPool().pooled(DockerRunner(BASH_IMAGE, api=api)).call(bash("echo x"))
-    assert outcome.ok and outcome.runner_info["pooled"] is False
     assert labelled_containers(api) == []
 
 
@@ -96,9 +103,7 @@ async def test_cancelling_a_pooled_call_removes_its_container(api):
         with anyio.move_on_after(3) as scope:
             await runner.call(bash("sleep 60", seconds=60))
         assert scope.cancelled_caught
-        with anyio.fail_after(30):
-            while warm in ids(api):
-                await anyio.sleep(0.1)
+        await wait_until(lambda: warm not in ids(api))
     assert labelled_containers(api) == []
 
 
@@ -126,9 +131,7 @@ async def test_idle_containers_past_their_age_are_replaced(api):
         pool.pooled(DockerRunner(BASH_IMAGE, api=api))
         assert await pool.filled(60)
         first = ids(api, role="pool")
-        with anyio.fail_after(30):
-            while ids(api, role="pool") & first or not await pool.filled(0):
-                await anyio.sleep(0.1)
+        await wait_until(lambda: not ids(api, role="pool") & first and pool.idle() == 1)
     assert labelled_containers(api) == []
 
 
@@ -137,6 +140,86 @@ async def test_a_missing_image_is_a_start_failure_not_a_crash(api):
         runner = pool.pooled(DockerRunner("agents-runner-test/no-such-image:0", api=api))
         outcome = await runner.call(bash("true"))
         assert outcome.error_code == "WORKER_START_FAILED"
+
+
+async def test_a_pool_goes_from_new_to_open_to_closed_and_refuses_use_outside_open(api):
+    pool = WarmPool(PoolSettings(size=1))
+    assert pool.state is PoolState.NEW
+    with pytest.raises(PoolStateError, match="is new"):
+        pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+    async with pool:
+        assert pool.state is PoolState.OPEN
+        runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        assert await pool.filled(60)
+        assert (await runner.call(bash("echo warm"))).ok
+    assert pool.state is PoolState.CLOSED
+    assert labelled_containers(api) == [], "nothing of the pool is left in the engine"
+    with pytest.raises(PoolStateError, match="is closed") as refused:
+        await runner.call(bash("echo too late"))
+    assert refused.value.state is PoolState.CLOSED
+    assert isinstance(refused.value, RunnerClosed)
+    with pytest.raises(PoolStateError, match="is closed"):
+        pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+    with pytest.raises(PoolStateError, match="opened once"):
+        async with pool:
+            pass
+    await pool.__aexit__(None, None, None)  # leaving again does nothing
+    assert pool.state is PoolState.CLOSED
+    assert labelled_containers(api) == []
+
+
+async def test_an_error_in_the_block_leaves_as_it_is_and_the_pool_still_cleans_up(api):
+    with pytest.raises(ValueError, match="the caller's own"):
+        async with WarmPool(PoolSettings(size=2)) as pool:
+            pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+            assert await pool.filled(60)
+            raise ValueError("the caller's own error")
+    assert pool.state is PoolState.CLOSED
+    assert labelled_containers(api) == []
+
+
+async def test_the_pool_closes_the_runners_it_was_given():
+    own = DockerRunner(BASH_IMAGE)  # makes its own client: the pool closes it
+    async with WarmPool(PoolSettings(size=1)) as pool:
+        runner = pool.pooled(own)
+        assert (await runner.call(bash("echo hi"))).ok
+        assert not own.closed
+    assert own.closed
+    with pytest.raises(RunnerClosed):
+        await own.call(bash("echo after"))
+
+
+async def test_closing_a_pooled_runner_closes_only_that_handle(api):
+    async with WarmPool(PoolSettings(size=1)) as pool:
+        first = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        second = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        async with first:
+            assert (await first.call(bash("echo one"))).ok
+        await first.aclose()  # idempotent
+        with pytest.raises(RunnerClosed, match="closed"):
+            await first.call(bash("echo two"))
+        assert (await second.call(bash("echo three"))).ok, "the pool and its shelf go on"
+        assert pool.state is PoolState.OPEN
+    assert labelled_containers(api) == []
+
+
+async def test_leaving_the_pool_waits_for_a_call_under_way(api):
+    outcomes = []
+
+    async def call(runner) -> None:
+        outcomes.append(await runner.call(bash("sleep 1; echo finished")))
+
+    async with anyio.create_task_group() as callers:
+        async with WarmPool(PoolSettings(size=1)) as pool:
+            runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+            assert await pool.filled(60)
+            callers.start_soon(call, runner)
+            await wait_until(lambda: pool.calls_under_way == 1)
+        assert pool.state is PoolState.CLOSED
+        assert pool.calls_under_way == 0, "the exit waited for the call"
+    (outcome,) = outcomes
+    assert outcome.ok and outcome.result.output.content["stdout"] == "finished\n"
+    assert labelled_containers(api) == []
 
 
 POOL_THEN_WAIT = f"""
