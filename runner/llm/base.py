@@ -51,5 +51,16 @@ class LLMError(Exception):
         self.retryable = retryable
 
 
+class LLMClosedError(LLMError):
+    """The provider was closed (`aclose`) and refuses new requests; make a new one."""
+
+
 class LLM(Protocol):
+    """A provider: the model's next turn for a conversation.
+
+    A provider may own resources (an HTTP connection pool); `aclose` releases them, may be
+    called more than once, and after it `complete` raises `LLMClosedError`."""
+
     async def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+    async def aclose(self) -> None: ...

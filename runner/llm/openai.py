@@ -1,25 +1,53 @@
 """An OpenAI-compatible chat-completions client over httpx.
 
 POST {base_url}/chat/completions with the conversation and the tools as functions; the
-reply's `choices[0].message` gives the text and the tool calls. HTTP 429 and 5xx are
-retried (honouring Retry-After, capped) up to `max_retries` times, then raised as a
-retryable LLMError; other HTTP errors and malformed replies raise a non-retryable one.
+reply's `choices[0].message` gives the text and the tool calls. HTTP 429 and 5xx, and
+transport errors, are retried (honouring Retry-After, capped at MAX_BACKOFF_S) up to
+`max_retries` times, then raised as a retryable LLMError; other HTTP errors and malformed
+replies raise a non-retryable one.
+
+The provider owns one `httpx.AsyncClient`, and so one connection pool, for its whole life:
+created at the first request, reused by every later one, and released by `aclose()` (or by
+leaving `async with`). Its lifecycle is one explicit state, `new -> open -> closed`; a
+closed provider refuses requests with `LLMClosedError` rather than reopening behind its
+owner's back.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import random
-from typing import Any
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from types import TracebackType
+from typing import Any, Literal, Self
 
 import anyio
 import httpx
 
-from runner.llm.base import LLMError, LLMRequest, LLMResponse, Message, RequestedCall
+from runner.llm.base import (
+    LLMClosedError,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    RequestedCall,
+)
+from runner.llm.config import OpenAIProvider
+
+logger = logging.getLogger(__name__)
 
 #: Longest wait between attempts, whatever Retry-After asks for.
 MAX_BACKOFF_S = 30.0
+
+#: How the provider waits between attempts; tests pass one that records instead of sleeping.
+Sleep = Callable[[float], Awaitable[None]]
+
+ClientState = Literal["new", "open", "closed"]
 
 
 class OpenAICompatibleLLM:
@@ -32,6 +60,7 @@ class OpenAICompatibleLLM:
         timeout_s: float = 60.0,
         max_retries: int = 2,
         backoff_s: float = 0.5,
+        sleep: Sleep = anyio.sleep,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
@@ -39,9 +68,12 @@ class OpenAICompatibleLLM:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self._sleep = sleep
+        self._client: httpx.AsyncClient | None = None
+        self._state: ClientState = "new"
 
     @classmethod
-    def from_config(cls, config: Any) -> OpenAICompatibleLLM:
+    def from_config(cls, config: OpenAIProvider) -> OpenAICompatibleLLM:
         key = None
         if config.api_key_env:
             key = os.environ.get(config.api_key_env)
@@ -49,6 +81,41 @@ class OpenAICompatibleLLM:
                 raise LLMError(f"the API key variable {config.api_key_env} is unset or empty")
         return cls(config.base_url, config.model, key, timeout_s=config.timeout_seconds,
                    max_retries=config.max_retries)  # fmt: skip
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ClientState:
+        """`new` (no connection yet), `open` (a client and its pool), or `closed`."""
+        return self._state
+
+    async def __aenter__(self) -> Self:
+        self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool; later requests are refused. Idempotent."""
+        client, self._client, self._state = self._client, None, "closed"
+        if client is not None:
+            await client.aclose()
+
+    def _open(self) -> httpx.AsyncClient:
+        if self._state == "closed":
+            raise LLMClosedError(f"{self.url}: this provider is closed; make a new one")
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._state = "open"
+        return self._client
+
+    # --- the request ----------------------------------------------------------------------
 
     def body(self, request: LLMRequest) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
@@ -68,38 +135,67 @@ class OpenAICompatibleLLM:
     async def complete(self, request: LLMRequest) -> LLMResponse:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         body = self.body(request)
-        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
-            for attempt in range(self.max_retries + 1):
-                last = attempt == self.max_retries
-                try:
-                    reply = await client.post(self.url, json=body, headers=headers)
-                except httpx.HTTPError as exc:
-                    if last:
-                        message = f"{self.url}: {type(exc).__name__}: {exc}"
-                        raise LLMError(message, retryable=True) from None
-                    await anyio.sleep(self._backoff(attempt, None))
-                    continue
-                if reply.status_code == 429 or reply.status_code >= 500:
-                    if last:
-                        raise LLMError(
-                            f"{self.url}: HTTP {reply.status_code} after {attempt + 1} attempt(s):"
-                            f" {reply.text[:200]}",
-                            retryable=True,
-                        )
-                    await anyio.sleep(self._backoff(attempt, reply.headers.get("retry-after")))
-                    continue
-                if reply.status_code != 200:
-                    raise LLMError(f"{self.url}: HTTP {reply.status_code}: {reply.text[:200]}")
-                return parse_reply(reply)
-        raise AssertionError("unreachable")
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            client = self._open()  # each attempt: closed while backing off is refused here
+            try:
+                reply = await client.post(self.url, json=body, headers=headers)
+            except httpx.HTTPError as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                if attempt == attempts:
+                    message = f"{self.url}: {why} after {attempt} attempt(s)"
+                    raise LLMError(message, retryable=True) from exc
+                await self._wait(attempt, why, self._backoff(attempt, None))
+                continue
+            if reply.status_code == 429 or reply.status_code >= 500:
+                if attempt == attempts:
+                    raise LLMError(
+                        f"{self.url}: HTTP {reply.status_code} after {attempt} attempt(s):"
+                        f" {reply.text[:200]}",
+                        retryable=True,
+                    )
+                delay = self._backoff(attempt, reply.headers.get("retry-after"))
+                await self._wait(attempt, f"HTTP {reply.status_code}", delay)
+                continue
+            if reply.status_code != 200:
+                raise LLMError(f"{self.url}: HTTP {reply.status_code}: {reply.text[:200]}")
+            return parse_reply(reply)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _wait(self, attempt: int, why: str, delay_s: float) -> None:
+        logger.warning(
+            "%s: attempt %d of %d failed (%s); retrying in %.2fs",
+            self.url, attempt, self.max_retries + 1, why, delay_s,
+        )  # fmt: skip
+        await self._sleep(delay_s)
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        """Seconds before attempt `attempt + 1`: what Retry-After asks for if it parses,
+        else exponential with jitter; never more than MAX_BACKOFF_S."""
         if retry_after is not None:
-            try:
-                return min(max(float(retry_after), 0.0), MAX_BACKOFF_S)
-            except ValueError:
-                pass
-        return min(self.backoff_s * 2**attempt * (0.5 + random.random()), MAX_BACKOFF_S)
+            asked = _retry_after_s(retry_after)
+            if asked is not None:
+                return min(max(asked, 0.0), MAX_BACKOFF_S)
+            logger.warning("%s: ignoring an unreadable Retry-After %r", self.url, retry_after)
+        jitter = 0.5 + random.random()
+        return min(self.backoff_s * jitter * 2.0 ** (attempt - 1), MAX_BACKOFF_S)
+
+
+def _retry_after_s(value: str) -> float | None:
+    """Retry-After as seconds from now: delay-seconds or an HTTP date (RFC 9110)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass  # not delay-seconds; try the HTTP-date form below
+    else:
+        return seconds if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()
 
 
 def _message(message: Message) -> dict[str, Any]:

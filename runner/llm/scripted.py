@@ -9,7 +9,8 @@ lets a scripted final answer quote what the tools really returned.
 from __future__ import annotations
 
 import re
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from runner.llm.base import LLMError, LLMRequest, LLMResponse, RequestedCall
 
@@ -17,8 +18,24 @@ _PLACEHOLDER = re.compile(r"\{\{result:([A-Za-z0-9_.:-]+)\}\}")
 
 
 class ScriptedLLM:
+    """Replays `responses`; raises ValueError at construction for a malformed script."""
+
     def __init__(self, responses: list[dict[str, Any]]) -> None:
         self.responses = [_check(i, r) for i, r in enumerate(responses)]
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Nothing to release: a script holds no connection."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         turn = sum(1 for m in request.messages if m.role == "assistant")

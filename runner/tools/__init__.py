@@ -1,60 +1,34 @@
-"""Built-in tools: Python functions the runtime runs in-process, registered by name.
+"""Built-in tools: Python functions the runtime runs in-process, looked up by name in the
+`ToolRegistry` the runtime was given.
 
-An agent file names a `builtin` tool by its `name`; `register` adds one (library users add
-their own). The built-ins are the demo's: `fetch_local` reads a small local catalogue and
-`echo` returns its arguments. A tool function takes the arguments (already validated
+An agent file names a `builtin` tool by its `name`. `default_tools()` returns a fresh
+registry with the demo's built-ins (`fetch_local`, `echo`); library users and tests derive
+their own (`default_tools().with_tools({"mine": fn})`, or `registry.register("mine")`)
+without touching anyone else's. A tool function takes the arguments (already validated
 against the tool's JSON Schema) and returns text or any JSON value; raising `ToolFailure`
-fails the call with a message the model sees.
+fails the call with a message the model sees. `invoke` runs one: coroutine functions are
+awaited, synchronous ones run in a worker thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from runner.tools.builtin import LOCAL_CATALOGUE, default_tools, echo, fetch_local
+from runner.tools.registry import (
+    DuplicateToolError,
+    ToolFailure,
+    ToolFunction,
+    ToolRegistry,
+    invoke,
+)
 
-ToolFunction = Callable[[dict[str, Any]], Any | Awaitable[Any]]
-
-_REGISTRY: dict[str, ToolFunction] = {}
-
-
-class ToolFailure(Exception):
-    """A tool's own, expected failure; `retryable` says whether trying again can help."""
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-def register(name: str) -> Callable[[ToolFunction], ToolFunction]:
-    def add(function: ToolFunction) -> ToolFunction:
-        _REGISTRY[name] = function
-        return function
-
-    return add
-
-
-def lookup(name: str) -> ToolFunction | None:
-    return _REGISTRY.get(name)
-
-
-#: What `fetch_local` knows: a stand-in for data that lives on this machine.
-LOCAL_CATALOGUE = {
-    "inventory": {"widgets": 42, "gadgets": 7},
-    "weather": {"city": "Lyon", "celsius": 18},
-}
-
-
-@register("fetch_local")
-def fetch_local(arguments: dict[str, Any]) -> Any:
-    key = arguments["key"]
-    if key not in LOCAL_CATALOGUE:
-        raise ToolFailure(f"no local record {key!r}; known: {', '.join(sorted(LOCAL_CATALOGUE))}")
-    return {"key": key, "value": LOCAL_CATALOGUE[key]}
-
-
-@register("echo")
-def echo(arguments: dict[str, Any]) -> Any:
-    return arguments
-
-
-__all__ = ["LOCAL_CATALOGUE", "ToolFailure", "ToolFunction", "lookup", "register"]
+__all__ = [
+    "LOCAL_CATALOGUE",
+    "DuplicateToolError",
+    "ToolFailure",
+    "ToolFunction",
+    "ToolRegistry",
+    "default_tools",
+    "echo",
+    "fetch_local",
+    "invoke",
+]

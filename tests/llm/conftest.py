@@ -1,4 +1,7 @@
-"""A small chat-completions server on 127.0.0.1 that the tests script reply by reply."""
+"""A small chat-completions server on 127.0.0.1 that the tests script reply by reply.
+
+It speaks HTTP/1.1 with keep-alive, so a client that reuses its connection is seen doing
+so: `connections` counts the TCP connections accepted."""
 
 from __future__ import annotations
 
@@ -15,9 +18,16 @@ class ChatServer:
         self.replies: list[tuple[int, dict, dict]] = []  # (status, headers, body)
         self.requests: list[dict] = []
         self.headers: list[dict] = []
+        self.connections = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                server.connections += 1
+
             def do_POST(self) -> None:
                 length = int(self.headers["Content-Length"])
                 server.requests.append(json.loads(self.rfile.read(length)))
@@ -50,3 +60,18 @@ def chat_server() -> Iterator[ChatServer]:
     yield server
     server.httpd.shutdown()
     server.httpd.server_close()
+
+
+class Waits:
+    """A stand-in for `anyio.sleep` that records the delays instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+@pytest.fixture
+def waits() -> Waits:
+    return Waits()

@@ -37,3 +37,13 @@ def test_running_out_of_script_is_an_error():
 def test_bad_scripts_are_refused(bad):
     with pytest.raises(ValueError, match=r"responses\[0\]"):
         ScriptedLLM([bad])
+
+
+def test_closing_a_script_releases_nothing_and_it_keeps_replaying():
+    async def main():
+        async with ScriptedLLM([{"text": "still here"}]) as llm:
+            pass
+        await llm.aclose()
+        return await llm.complete(LLMRequest("", (Message("user", "go"),)))
+
+    assert anyio.run(main).text == "still here"

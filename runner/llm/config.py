@@ -1,0 +1,49 @@
+"""What an agent file says about its LLM: the `provider` section, validated.
+
+These models are the configuration only; `runner.llm.provider_for(config)` turns one into
+an `LLM`. They live here, beside the providers they configure, so that the session layer
+imports them from below and nothing in `runner.llm` needs to know what a session is.
+`tag` chooses the branch of the union (`scripted` or `openaiCompatible`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ScriptedProvider(_Config):
+    """Replays a script (see `ScriptedLLM`): given inline as `responses`, or as `script`,
+    a JSON file relative to the agent file that the agent loader reads into `responses`."""
+
+    tag: Literal["scripted"] = "scripted"
+    #: A JSON file (relative to the agent file) with {"responses": [...]}; read at load.
+    script: str | None = None
+    responses: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ScriptedProvider:
+        if self.responses is None and self.script is None:
+            raise ValueError("a scripted provider needs `script` (a file) or `responses`")
+        return self
+
+
+class OpenAIProvider(_Config):
+    """An OpenAI-compatible chat-completions endpoint (see `OpenAICompatibleLLM`)."""
+
+    tag: Literal["openaiCompatible"] = "openaiCompatible"
+    base_url: Annotated[str, Field(alias="baseUrl", pattern=r"^https?://")]
+    model: Annotated[str, Field(min_length=1)]
+    #: Name of the environment variable holding the API key (never the key itself).
+    api_key_env: Annotated[str | None, Field(alias="apiKeyEnv")] = None
+    timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
+    max_retries: Annotated[int, Field(alias="maxRetries", ge=0, le=10)] = 2
+
+
+#: An agent's `provider` section: one of the providers above, chosen by `tag`.
+ProviderConfig = Annotated[ScriptedProvider | OpenAIProvider, Field(discriminator="tag")]

@@ -1,0 +1,30 @@
+"""The built-in tools of the demo: `fetch_local` reads a small local catalogue and `echo`
+returns its arguments. `default_tools()` is a fresh registry holding them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.tools.registry import ToolFailure, ToolRegistry
+
+#: What `fetch_local` knows: a stand-in for data that lives on this machine.
+LOCAL_CATALOGUE = {
+    "inventory": {"widgets": 42, "gadgets": 7},
+    "weather": {"city": "Lyon", "celsius": 18},
+}
+
+
+def fetch_local(arguments: dict[str, Any]) -> Any:
+    key = arguments["key"]
+    if key not in LOCAL_CATALOGUE:
+        raise ToolFailure(f"no local record {key!r}; known: {', '.join(sorted(LOCAL_CATALOGUE))}")
+    return {"key": key, "value": LOCAL_CATALOGUE[key]}
+
+
+def echo(arguments: dict[str, Any]) -> Any:
+    return arguments
+
+
+def default_tools() -> ToolRegistry:
+    """A new registry with the built-ins; each call gives an independent one."""
+    return ToolRegistry({"fetch_local": fetch_local, "echo": echo})
