@@ -1,16 +1,17 @@
 """Stores: where sessions, continuation tokens and cached tool results live.
 
-base.py states the interfaces and the compare-and-set rule; sqlite.py is the embedded
-default (one WAL file, numbered migrations); files.py keeps sessions as JSON files;
-composite.py reads through a list of stores and writes to the first.
+base.py states the interfaces as types (SessionStore; DurableStore adds leases, fencing,
+the effect ledger and the cache) and the compare-and-set rule; sqlite.py is the embedded
+durable default (one WAL file, numbered migrations); files.py keeps sessions as JSON files
+(single process); composite.py reads through a list of stores and writes to the first.
 """
 
-# The stores keep session models, and the session package uses the stores: loading it
-# first lets `import runner.stores` work on its own (else the import cycle breaks it).
-import runner.session  # noqa: F401  isort: skip
 from runner.stores.base import (
     Continuation,
-    ContinuationStore,
+    DurableStore,
+    Effect,
+    FencedOut,
+    Lease,
     SessionNotFound,
     SessionStore,
     SessionSummary,
@@ -19,15 +20,20 @@ from runner.stores.base import (
     VersionConflict,
     cache_key,
 )
-from runner.stores.composite import CompositeStore
+from runner.stores.composite import CompositeStore, DurableCompositeStore
 from runner.stores.files import FileSessionStore
+from runner.stores.locations import open_store
 from runner.stores.sqlite import SQLiteStore
 
 __all__ = [
     "CompositeStore",
     "Continuation",
-    "ContinuationStore",
+    "DurableCompositeStore",
+    "DurableStore",
+    "Effect",
+    "FencedOut",
     "FileSessionStore",
+    "Lease",
     "SQLiteStore",
     "SessionNotFound",
     "SessionStore",
@@ -36,4 +42,5 @@ __all__ = [
     "ToolCache",
     "VersionConflict",
     "cache_key",
+    "open_store",
 ]

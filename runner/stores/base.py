@@ -1,24 +1,28 @@
-"""The store interfaces: sessions (with the agent definitions they run), continuations and
-the tool cache. Backends: sqlite.py (the embedded default), files.py (sessions as JSON
-files), composite.py (reads fall through, writes go to the primary).
+"""The store interfaces, as types: what a backend can do is the class it derives from.
 
-Every write that advances a session is a compare-and-set on its version: `save(session)`
-succeeds only if the stored version is still `session.version`, and returns the session
-with the new version; otherwise it raises VersionConflict and changes nothing.
+- SessionStore: sessions with compare-and-set, agent definitions, the continuation index.
+  Every write that advances a session is a compare-and-set on its version: `save`
+  succeeds only if the stored version is still `session.version` and returns the session
+  with the new version; otherwise it raises VersionConflict and changes nothing.
+- DurableStore: a SessionStore several processes can share. It adds leases whose fencing
+  tokens guard every advancing write (`save(session, fences)` refuses a stale holder with
+  FencedOut, zero rows changed), the effect ledger that records every isolated call before
+  and after it runs, late results and the tool cache.
 
-A store that also implements LeaseStore fences those writes: `save(session, fences)`
-refuses (FencedOut, zero rows changed) when any fence's token is no longer the newest
-for its lease. An EffectLedger records every isolated call before and after it runs.
+Backends: sqlite.py (durable, the embedded default), files.py (sessions as JSON files;
+single process), composite.py (reads fall through; as durable as its primary).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, Self
 
-from runner.session.models import Session, ToolResult
+from runner.state import Session, ToolResult
 
 
 class StoreError(Exception):
@@ -67,6 +71,9 @@ class Lease:
     takeovers: int = 0
 
 
+EffectState = Literal["requested", "started", "completed", "abandoned"]
+
+
 @dataclass(frozen=True)
 class Effect:
     """An effect-ledger row: one isolated call's latest attempt and what became of it.
@@ -77,8 +84,8 @@ class Effect:
     session_id: str
     call_id: str
     attempt: int
-    effects: str
-    state: str
+    effects: Literal["none", "contained", "external"]
+    state: EffectState
     result: str | None
 
 
@@ -100,48 +107,129 @@ class Continuation:
     call_id: str
 
 
-class SessionStore(Protocol):
+class SessionStore(ABC):
+    """Sessions with compare-and-set, the agent definitions they run, the continuation
+    index. Enough for one process advancing its own sessions (`single_process`).
+
+    Methods are synchronous and safe to call from any thread; the engine calls them in
+    worker threads (runner.session.storage), never on the event loop.
+    """
+
+    #: What a message about this store calls it ("SQLite store s.db").
+    description: str = "store"
+
+    @abstractmethod
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
         """Store a new session and the agent definition it runs. A new session gets
         version 1; one copied from another store keeps its version."""
-        ...
 
-    def load(self, session_id: str) -> Session: ...
+    @abstractmethod
+    def load(self, session_id: str, *, history: bool = True) -> Session:
+        """The session as stored. `history=False` may leave out what can no longer
+        change (see Session); a store that keeps whole documents returns them whole."""
 
-    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
-        """Compare-and-set on `session.version`; returns the session as stored."""
-        ...
+    @abstractmethod
+    def with_history(self, session: Session) -> Session:
+        """`session` with the turns and calls a `history=False` load left out (a copy;
+        `session` itself when it has them all)."""
 
+    @abstractmethod
+    def save(self, session: Session) -> Session:
+        """Compare-and-set on `session.version`: returns the session as stored (a copy
+        with the new version); VersionConflict and nothing written when it is stale."""
+
+    @abstractmethod
+    def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None: ...
+
+    @abstractmethod
     def agent_document(self, agent_hash: str) -> dict[str, Any]: ...
 
+    @abstractmethod
     def list(self, status: str | None = None) -> list[SessionSummary]: ...
 
+    @abstractmethod
+    def find(self, token: str) -> Continuation | None:
+        """Where a continuation token leads, if anywhere."""
 
-class LeaseStore(Protocol):
+    def close(self) -> None:  # noqa: B027  nothing to release unless a backend holds it
+        """Release what the store holds open (connections, files)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DurableStore(SessionStore):
+    """A store several processes can share: leases with fencing tokens that guard every
+    advancing write, the effect ledger, late results and the tool cache, in one clock.
+
+    The engine refuses to advance sessions concurrently (a worker, `resume` from more
+    than one process) on anything less; see runner.session.storage.require_durable.
+    """
+
+    @abstractmethod
+    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
+        """Compare-and-set as in SessionStore, and FencedOut (zero rows changed) when
+        any fence's token is no longer the newest for its lease."""
+
+    # --- leases (names are session ids) ---------------------------------------------
+
+    @abstractmethod
     def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
         """A new lease with a newer token, or None while a live holder has it."""
-        ...
 
+    @abstractmethod
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
-        """Extend a lease still held; FencedOut when someone took it over."""
-        ...
+        """Extend a lease still held; FencedOut when someone took it over. Never waits
+        behind the store's other calls (a lease that cannot be renewed lapses)."""
 
+    @abstractmethod
     def release_lease(self, lease: Lease) -> None: ...
 
+    @abstractmethod
+    def lease(self, name: str) -> Lease | None:
+        """The lease as stored (owner '' once released), or None if never taken."""
 
-class EffectLedger(Protocol):
+    @abstractmethod
+    def now_ms(self) -> int:
+        """The store's time, which leases are measured in."""
+
+    @abstractmethod
+    def due_sessions(self, limit: int, exclude: Collection[str] = ()) -> list[str]:
+        """Sessions a worker can advance now: due, and not leased by a live holder."""
+
+    # --- the effect ledger and late results -----------------------------------------
+
+    @abstractmethod
     def effect(self, idempotency_key: str) -> Effect | None: ...
 
+    @abstractmethod
     def record_effect(self, effect: Effect, fences: tuple[Lease, ...] = ()) -> None:
         """Upsert the row; refused (FencedOut, nothing written) under a stale fence."""
-        ...
 
+    @abstractmethod
+    def record_late(self, token: str, session_id: str, call_id: str, result: ToolResult) -> None:
+        """Keep a result that came after its call ended (it never revives the call)."""
 
-class ContinuationStore(Protocol):
-    def find(self, token: str) -> Continuation | None: ...
+    @abstractmethod
+    def late_results(self, session_id: str) -> list[tuple[str, ToolResult]]: ...
+
+    # --- the tool cache -------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, tool: str, arguments: dict[str, Any]) -> ToolResult | None: ...
+
+    @abstractmethod
+    def put(
+        self, tool: str, arguments: dict[str, Any], result: ToolResult, ttl_s: float | None
+    ) -> None: ...
 
 
 class ToolCache(Protocol):
+    """What the `cache` decorator needs (a DurableStore is one)."""
+
     def get(self, tool: str, arguments: dict[str, Any]) -> ToolResult | None: ...
 
     def put(

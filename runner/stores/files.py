@@ -5,8 +5,11 @@
     ROOT/tokens/TOKEN        "SESSION_ID CALL_ID": the continuation index
     ROOT/.lock               an flock held while a write compares and swaps
 
-Files are replaced atomically (write to a temporary file, fsync, rename). No tool cache:
-pair it with SQLiteStore in a CompositeStore, or use SQLiteStore alone.
+Files are replaced atomically (write to a temporary file, fsync, rename). A SessionStore,
+not a DurableStore: it has compare-and-set but no leases, fencing or effect ledger, so it
+serves one process advancing its own sessions (the seed's single-process flow); the
+engine refuses it for workers and anything that advances sessions concurrently. For
+those, use SQLiteStore, or a CompositeStore whose primary is one.
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ import json
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runner.session.models import Session, now_ms
+from pydantic import ValidationError
+
+from runner.state import Session, load_document, now_ms
 from runner.stores.base import (
     Continuation,
     SessionNotFound,
+    SessionStore,
     SessionSummary,
     StoreError,
     VersionConflict,
@@ -33,11 +40,16 @@ from runner.stores.base import (
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
-class FileSessionStore:
+class FileSessionStore(SessionStore):
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        for name in ("sessions", "agents", "tokens"):
-            (self.root / name).mkdir(parents=True, exist_ok=True)
+        self.description = f"file store {self.root}"
+        self._thread_lock = threading.Lock()  # flock is per process: threads queue here
+        try:
+            for name in ("sessions", "agents", "tokens"):
+                (self.root / name).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot open the file store {self.root}: {exc}") from None
 
     def _path(self, folder: str, name: str) -> Path:
         if not _SAFE_NAME.match(name):  # ids become file names: no path tricks
@@ -46,7 +58,7 @@ class FileSessionStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(self.root / ".lock", "a") as lock:
+        with self._thread_lock, open(self.root / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -71,8 +83,15 @@ class FileSessionStore:
             if not path.exists():
                 self._write(path, f"{session.id} {call.id}")
 
+    def _read(self, path: Path) -> Session:
+        try:
+            return load_document(path.read_bytes())
+        except (ValueError, ValidationError) as exc:
+            raise StoreError(f"cannot read session file {path}: {exc}") from None
+
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
-        stored = session.model_copy(update={"version": session.version or 1})
+        session.require_history("creating a session")
+        stored = session.model_copy(update={"version": session.version or 1}, deep=True)
         with self._locked():
             path = self._path("sessions", session.id)
             if path.exists():
@@ -84,31 +103,51 @@ class FileSessionStore:
             self._write(path, stored.to_json())
         return stored
 
-    def load(self, session_id: str) -> Session:
-        try:
-            return Session.from_json(self._path("sessions", session_id).read_bytes())
-        except FileNotFoundError:
-            raise SessionNotFound(session_id) from None
+    def load(self, session_id: str, *, history: bool = True) -> Session:
+        """The whole document, whatever `history` says: a file holds it all."""
+        path = self._path("sessions", session_id)
+        if not path.exists():
+            raise SessionNotFound(session_id)
+        return self._read(path)
+
+    def with_history(self, session: Session) -> Session:
+        if session.has_history:
+            return session
+        stored = self.load(session.id)
+        earlier = stored.turns[: session.first_turn]
+        calls = {k: c for k, c in stored.calls.items() if c.terminal and k not in session.calls}
+        return session.model_copy(update={"first_turn": 0, "turns": [*earlier, *session.turns],
+                                          "calls": {**calls, **session.calls}})  # fmt: skip
 
     def save(self, session: Session) -> Session:
         stored = session.model_copy(update={"version": session.version + 1, "updated_ms": now_ms()})
         with self._locked():
-            current = self.load(session.id).version
-            if current != session.version:
-                raise VersionConflict(session.id, session.version, current)
+            current = self.load(session.id)
+            if current.version != session.version:
+                raise VersionConflict(session.id, session.version, current.version)
+            if not stored.has_history:  # only the recent part came back: keep the rest
+                stored = self.with_history(stored)
             self._index_tokens(stored)  # tokens first: a token never points nowhere
             self._write(self._path("sessions", session.id), stored.to_json())
         return stored
 
+    def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
+        with self._locked():
+            path = self._path("agents", agent_hash)
+            if not path.exists():
+                self._write(path, json.dumps(agent_document, sort_keys=True))
+
     def agent_document(self, agent_hash: str) -> dict[str, Any]:
         try:
-            return json.loads(self._path("agents", agent_hash).read_text(encoding="utf-8"))
+            document: dict[str, Any] = json.loads(
+                self._path("agents", agent_hash).read_text(encoding="utf-8")
+            )
         except FileNotFoundError:
             raise StoreError(f"no agent definition with hash {agent_hash[:12]}") from None
+        return document
 
     def list(self, status: str | None = None) -> list[SessionSummary]:
-        sessions = [Session.from_json(p.read_bytes())
-                    for p in (self.root / "sessions").glob("*.json")]  # fmt: skip
+        sessions = [self._read(p) for p in (self.root / "sessions").glob("*.json")]
         return sorted(
             (SessionSummary(s.id, s.status, s.agent_slug, s.version, s.updated_ms)
              for s in sessions if status is None or s.status == status),
@@ -117,7 +156,11 @@ class FileSessionStore:
 
     def find(self, token: str) -> Continuation | None:
         try:
-            session_id, call_id = self._path("tokens", token).read_text().split(" ", 1)
-        except (FileNotFoundError, StoreError):
+            path = self._path("tokens", token)
+        except StoreError:
+            return None  # not a token this store could have made
+        try:
+            session_id, call_id = path.read_text().split(" ", 1)
+        except FileNotFoundError:
             return None
         return Continuation(token, session_id, call_id)

@@ -17,9 +17,13 @@ complete TOKEN` is a key lookup, not a scan.
 
 from __future__ import annotations
 
+import builtins
 import json
+import logging
 import sqlite3
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -28,11 +32,10 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from runner.session.faults import crash_point
-from runner.session.models import (
+from runner.faults import crash_point
+from runner.state import (
     TERMINAL_STATES,
     Session,
-    Stored,
     ToolResult,
     TrackedCall,
     Turn,
@@ -40,6 +43,7 @@ from runner.session.models import (
 )
 from runner.stores.base import (
     Continuation,
+    DurableStore,
     Effect,
     FencedOut,
     Lease,
@@ -49,6 +53,8 @@ from runner.stores.base import (
     VersionConflict,
     cache_key,
 )
+
+logger = logging.getLogger(__name__)
 
 #: Each entry moves the schema from version N-1 to N. Append only: never edit one.
 MIGRATIONS: list[str] = [
@@ -156,40 +162,109 @@ TURN = TypeAdapter(Turn)
 DB_NOW = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 
 
+#: Sessions whose settled calls this store remembers (see `_settled`).
+SETTLED_CACHE_SIZE = 1024
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SQLiteStore:
-    """Sessions, leases, the effect ledger, continuations and the tool cache in one file."""
+def _terminal_ids(session: Session) -> frozenset[str]:
+    return frozenset(c.id for c in session.calls.values() if c.terminal)
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+
+class _Connection:
+    """One sqlite3 connection and the lock that gives it to one thread at a time."""
+
+    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+        # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE below).
+        self.db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
+                                  check_same_thread=False)  # fmt: skip
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.lock = threading.RLock()
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            yield self.db
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that takes the write lock up front (no upgrade deadlock)."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+                crash_point("store.commit")  # inside the transaction: all or nothing
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+
+class SQLiteStore(DurableStore):
+    """Sessions, leases, the effect ledger, continuations and the tool cache in one file.
+
+    Two connections: one for sessions, the ledger and the cache, one for leases only, so
+    that renewing a lease never queues behind this process's other store calls. Each is
+    used by one thread at a time; any thread may call any method.
+    """
+
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 10.0, lease_busy_timeout_s: float = 2.0
+    ) -> None:
         self.path = Path(path)
+        self.description = f"SQLite store {self.path}"
+        #: Per session: (version, ids of the calls stored as terminal at that version), so
+        #: a save rewrites no settled call. Bounded; a miss only costs rewriting them.
+        self._settled: OrderedDict[str, tuple[int, frozenset[str]]] = OrderedDict()
+        self._settled_lock = threading.Lock()
+        self._leases: _Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE below).
-            self.db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
+            self._data = _Connection(self.path, busy_timeout_s)
             self._migrate()
+            self._leases = _Connection(self.path, lease_busy_timeout_s)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
 
     def close(self) -> None:
-        self.db.close()
+        self._data.close()
+        if self._leases is not None:
+            self._leases.close()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that takes the write lock up front (no upgrade deadlock)."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-            crash_point("store.commit")  # inside the transaction: all or nothing
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The sessions connection, for inspection (PRAGMAs, counts) from one thread; the
+        store's own methods take its lock, this does not."""
+        return self._data.db
+
+    @property
+    def _lease_db(self) -> _Connection:
+        assert self._leases is not None, "opened in __init__"
+        return self._leases
+
+    def _transaction(self) -> Any:
+        return self._data.transaction()
+
+    def _remember(self, session_id: str, version: int, settled: frozenset[str]) -> None:
+        with self._settled_lock:
+            self._settled[session_id] = (version, settled)
+            self._settled.move_to_end(session_id)
+            while len(self._settled) > SETTLED_CACHE_SIZE:
+                self._settled.popitem(last=False)
+
+    def _known_settled(self, session: Session) -> frozenset[str]:
+        with self._settled_lock:
+            version, settled = self._settled.get(session.id, (None, frozenset()))
+        return settled if version == session.version else frozenset()
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -210,16 +285,21 @@ class SQLiteStore:
                 db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, _now_ms()))
 
     def schema_version(self) -> int:
-        return self.db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0]
+        with self._data.reading() as db:
+            version: int = db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0]
+        return version
 
     def now_ms(self) -> int:
-        """Database time: what leases and expiries are measured against."""
-        return self.db.execute(f"SELECT {DB_NOW}").fetchone()[0]
+        """Database time: what leases are measured against."""
+        with self._lease_db.reading() as db:
+            now: int = db.execute(f"SELECT {DB_NOW}").fetchone()[0]
+        return now
 
     # --- sessions ----------------------------------------------------------------------
 
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
-        stored = session.model_copy(update={"version": session.version or 1}).materialize()
+        session.require_history("creating a session")
+        stored = session.model_copy(update={"version": session.version or 1}, deep=True)
         with self._transaction() as db:
             self._put_agent(db, session.agent_hash, agent_document)
             try:
@@ -231,8 +311,8 @@ class SQLiteStore:
                 )  # fmt: skip
             except sqlite3.IntegrityError:
                 raise StoreError(f"session {session.id} already exists") from None
-            calls = self._write_rows(db, stored)
-        stored.mark_saved(self, calls)
+            self._write_rows(db, stored, 0, frozenset())
+        self._remember(stored.id, stored.version, _terminal_ids(stored))
         return stored
 
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
@@ -245,91 +325,113 @@ class SQLiteStore:
             (agent_hash, json.dumps(document, sort_keys=True)),
         )
 
-    def load(self, session_id: str) -> Session:
-        """The header, the last turn and the live calls; the rest when first used."""
-        row = self.db.execute(
-            "SELECT document, version, turn_count FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-        if row is None:
-            raise SessionNotFound(session_id)
-        header, version, turn_count = row
-        try:
-            session = load_document(header)
-            last = self.db.execute(
-                "SELECT document FROM session_turns WHERE session_id = ? AND idx = ?",
-                (session_id, turn_count - 1),
+    def load(self, session_id: str, *, history: bool = True) -> Session:
+        """The header, then the whole history, or (history=False) only the last turn and
+        the calls that can still change: open ones and those of the last LLM turn."""
+        with self._data.reading() as db:
+            row = db.execute(
+                "SELECT document, version, turn_count FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()
-            # Open calls, and every call of the last LLM turn (the one a partial user
-            # turn gathers, or whose results the last user turn holds).
-            live = self._calls(
-                "SELECT document FROM session_calls WHERE rowid IN (SELECT rowid FROM"
-                " session_calls WHERE session_id = ? AND open UNION ALL SELECT rowid FROM"
-                " session_calls WHERE session_id = ? AND turn >= ?) ORDER BY rowid",
-                (session_id, session_id, turn_count - 2),
-            )
-            last_turn = TURN.validate_json(last[0]) if last else None
-        except (ValueError, ValidationError) as exc:
-            raise StoreError(f"cannot read session {session_id}: {exc}") from None
-        del session.__dict__["turns"], session.__dict__["calls"]
-        session.version = version
-        session._stored = Stored(
-            self, turn_count, last_turn=last_turn, live_calls=live,
-            reader=lambda: self._history(session_id, turn_count, live),
-        )  # fmt: skip
+            if row is None:
+                raise SessionNotFound(session_id)
+            header, version, turn_count = row
+            first = 0 if history else max(turn_count - 1, 0)
+            try:
+                session = load_document(header)
+                documents = [r[0] for r in db.execute(
+                    "SELECT document FROM session_turns WHERE session_id = ? AND idx >= ?"
+                    " ORDER BY idx", (session_id, first))]  # fmt: skip
+                turns = TURN_LIST.validate_json("[" + ",".join(documents) + "]")
+                if history:
+                    calls = self._calls(
+                        db, "SELECT document FROM session_calls WHERE session_id = ?"
+                        " ORDER BY rowid", (session_id,))  # fmt: skip
+                else:
+                    calls = self._calls(
+                        db, "SELECT document FROM session_calls WHERE rowid IN (SELECT rowid"
+                        " FROM session_calls WHERE session_id = ? AND open UNION ALL SELECT"
+                        " rowid FROM session_calls WHERE session_id = ? AND turn >= ?)"
+                        " ORDER BY rowid", (session_id, session_id, turn_count - 2))  # fmt: skip
+            except (ValueError, ValidationError) as exc:
+                raise StoreError(f"cannot read session {session_id}: {exc}") from None
+        session = session.model_copy(update={
+            "version": version, "first_turn": first, "turns": turns, "calls": calls})  # fmt: skip
+        known = self._known_settled(session) if not history else frozenset()
+        self._remember(session_id, version, known | _terminal_ids(session))
         return session
 
-    def _calls(self, query: str, parameters: tuple[Any, ...]) -> dict[str, TrackedCall]:
-        documents = [r[0] for r in self.db.execute(query, parameters)]
+    def with_history(self, session: Session) -> Session:
+        """Prepend the turns before `session.first_turn` and the calls that ended before
+        them. Both never change, so they can be read at any later version."""
+        if session.has_history:
+            return session
+        with self._data.reading() as db:
+            try:
+                documents = [r[0] for r in db.execute(
+                    "SELECT document FROM session_turns WHERE session_id = ? AND idx < ?"
+                    " ORDER BY idx", (session.id, session.first_turn))]  # fmt: skip
+                earlier = TURN_LIST.validate_json("[" + ",".join(documents) + "]")
+                settled = self._calls(
+                    db,
+                    "SELECT document FROM session_calls WHERE session_id = ? AND turn < ?"
+                    " AND NOT open ORDER BY rowid",
+                    (session.id, session.first_turn - 1),
+                )
+            except (ValueError, ValidationError) as exc:
+                raise StoreError(
+                    f"cannot read the history of session {session.id}: {exc}"
+                ) from None
+        if len(earlier) != session.first_turn:
+            raise StoreError(f"session {session.id}: {len(earlier)} of its first"
+                             f" {session.first_turn} turns are stored")  # fmt: skip
+        self._remember(session.id, session.version,
+                       self._known_settled(session) | settled.keys())  # fmt: skip
+        calls = {**{k: c for k, c in settled.items() if k not in session.calls}, **session.calls}
+        ordered = dict(sorted(calls.items(), key=lambda item: item[1].turn))
+        return session.model_copy(update={
+            "first_turn": 0, "turns": [*earlier, *session.turns], "calls": ordered})  # fmt: skip
+
+    def _calls(
+        self, db: sqlite3.Connection, query: str, parameters: tuple[Any, ...]
+    ) -> dict[str, TrackedCall]:
+        documents = [r[0] for r in db.execute(query, parameters)]
         calls = CALL_LIST.validate_json("[" + ",".join(documents) + "]")
         return {c.id: c for c in calls}
-
-    def _history(
-        self, session_id: str, turn_count: int, live: dict[str, TrackedCall]
-    ) -> tuple[list[Any], dict[str, TrackedCall]]:
-        """The settled history as it was at `turn_count` turns (rows added since belong to
-        a newer version of the session, not to this snapshot)."""
-        try:
-            documents = [r[0] for r in self.db.execute(
-                "SELECT document FROM session_turns WHERE session_id = ? AND idx < ?"
-                " ORDER BY idx", (session_id, turn_count - 1))]  # fmt: skip
-            turns = TURN_LIST.validate_json("[" + ",".join(documents) + "]")
-            settled = self._calls(
-                "SELECT document FROM session_calls WHERE session_id = ? AND turn < ?"
-                " AND NOT open ORDER BY rowid",
-                (session_id, turn_count - 2),
-            )
-        except (ValueError, ValidationError) as exc:
-            raise StoreError(f"cannot read the history of session {session_id}: {exc}") from None
-        return turns, {k: c for k, c in settled.items() if k not in live}
 
     def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
         """One transaction: the compare-and-set on the header, then the new rows."""
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": _now_ms()})  # fmt: skip
+        settled = self._known_settled(session)
         with self._transaction() as db:
             self._check_fences(db, fences)
-            changed = db.execute(
+            row = db.execute(
+                "SELECT version, turn_count FROM sessions WHERE id = ?", (session.id,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session.id)
+            if row[0] != session.version:
+                raise VersionConflict(session.id, session.version, row[0])
+            db.execute(
                 "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?,"
                 " due_ms = ?, agent_hash = ?, schema_version = ?, turn_count = ?"
-                " WHERE id = ? AND version = ?",
+                " WHERE id = ?",
                 (stored.version, stored.status, stored.header_json(), stored.updated_ms,
                  stored.due_ms(), stored.agent_hash, stored.schema_version,
-                 stored.turn_count, session.id, session.version),
-            ).rowcount  # fmt: skip
-            if changed == 0:
-                row = db.execute(
-                    "SELECT version FROM sessions WHERE id = ?", (session.id,)
-                ).fetchone()
-                if row is None:
-                    raise SessionNotFound(session.id)
-                raise VersionConflict(session.id, session.version, row[0])
-            calls = self._write_rows(db, stored)
-        stored.mark_saved(self, calls)
+                 stored.turn_count, session.id),
+            )  # fmt: skip
+            # The last stored turn may have been replaced (a partial turn folds).
+            self._write_rows(db, stored, max(row[1] - 1, stored.first_turn), settled)
+        self._remember(stored.id, stored.version, settled | _terminal_ids(stored))
         return stored
 
-    def _write_rows(self, db: sqlite3.Connection, session: Session) -> list[TrackedCall]:
-        """Inside the transaction: the turns and calls this store lacks, and their tokens."""
-        first, turns, calls = session.unsaved(self)
+    def _write_rows(
+        self, db: sqlite3.Connection, session: Session, first: int, settled: frozenset[str]
+    ) -> None:
+        """Inside the transaction: the turns from index `first` on, the calls not stored
+        as terminal (`settled`), and their tokens."""
+        turns = session.turns[first - session.first_turn :]
+        calls = [c for c in session.calls.values() if c.id not in settled]
         db.execute(
             "DELETE FROM session_turns WHERE session_id = ? AND idx >= ?",
             (session.id, first + len(turns)),
@@ -349,7 +451,6 @@ class SQLiteStore:
             "INSERT OR IGNORE INTO continuations VALUES (?, ?, ?)",
             [(call.token, session.id, call.id) for call in calls],
         )
-        return calls
 
     def _check_fences(self, db: sqlite3.Connection, fences: tuple[Lease, ...]) -> None:
         """Inside a write transaction: FencedOut unless each lease's token is the newest."""
@@ -358,36 +459,45 @@ class SQLiteStore:
             if newest != fence.fencing_token:
                 raise FencedOut(fence.name, fence.fencing_token, newest)
 
+    def _one(self, query: str, parameters: tuple[Any, ...] = ()) -> Any:
+        with self._data.reading() as db:
+            return db.execute(query, parameters).fetchone()
+
+    def _all(self, query: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
+        with self._data.reading() as db:
+            return db.execute(query, parameters).fetchall()
+
     def agent_document(self, agent_hash: str) -> dict[str, Any]:
         query = "SELECT document FROM agents WHERE hash = ?"
-        row = self.db.execute(query, (agent_hash,)).fetchone()
+        row = self._one(query, (agent_hash,))
         if row is None:
             raise StoreError(f"no agent definition with hash {agent_hash[:12]} in this store")
-        return json.loads(row[0])
+        document: dict[str, Any] = json.loads(row[0])
+        return document
 
-    def list(self, status: str | None = None) -> list[SessionSummary]:
+    def list(self, status: str | None = None) -> builtins.list[SessionSummary]:
         query = "SELECT id, status, agent_slug, version, updated_ms FROM sessions"
-        rows = self.db.execute(
+        rows = self._all(
             query + (" WHERE status = ? ORDER BY updated_ms" if status else " ORDER BY updated_ms"),
             (status,) if status else (),
-        ).fetchall()
+        )
         return [SessionSummary(*row) for row in rows]
 
-    def due_sessions(self, limit: int, exclude: Collection[str] = ()) -> list[str]:
+    def due_sessions(self, limit: int, exclude: Collection[str] = ()) -> builtins.list[str]:
         """Sessions a worker can advance now: due, and not leased by a live holder."""
-        rows = self.db.execute(
+        rows = self._all(
             f"SELECT s.id FROM sessions s LEFT JOIN leases l ON l.name = s.id"
             f" WHERE s.due_ms <= {DB_NOW} AND s.status IN ('running', 'waiting')"
             f" AND (l.owner IS NULL OR l.expires_ms <= {DB_NOW})"
             f" ORDER BY s.due_ms LIMIT ?",
             (limit + len(exclude),),
-        ).fetchall()
+        )
         return [r[0] for r in rows if r[0] not in exclude][:limit]
 
     # --- leases ------------------------------------------------------------------------
 
     def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
-        with self._transaction() as db:
+        with self._lease_db.transaction() as db:
             now = db.execute(f"SELECT {DB_NOW}").fetchone()[0]
             row = db.execute(
                 "SELECT owner, expires_ms, fencing_token, takeovers FROM leases WHERE name = ?",
@@ -406,7 +516,7 @@ class SQLiteStore:
         return lease
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
-        with self._transaction() as db:
+        with self._lease_db.transaction() as db:
             expires = db.execute(f"SELECT {DB_NOW}").fetchone()[0] + int(ttl_s * 1000)
             changed = db.execute(
                 "UPDATE leases SET expires_ms = ? WHERE name = ? AND fencing_token = ?",
@@ -418,7 +528,7 @@ class SQLiteStore:
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up cleanly (a clean release resets the takeover count)."""
-        with self._transaction() as db:
+        with self._lease_db.transaction() as db:
             db.execute(
                 "UPDATE leases SET owner = NULL, expires_ms = 0, takeovers = 0"
                 " WHERE name = ? AND fencing_token = ?",
@@ -427,10 +537,11 @@ class SQLiteStore:
 
     def lease(self, name: str) -> Lease | None:
         """The lease as stored, if anyone holds or held it (owner '' when released)."""
-        row = self.db.execute(
-            "SELECT owner, fencing_token, expires_ms, takeovers FROM leases WHERE name = ?",
-            (name,),
-        ).fetchone()
+        with self._lease_db.reading() as db:
+            row = db.execute(
+                "SELECT owner, fencing_token, expires_ms, takeovers FROM leases WHERE name = ?",
+                (name,),
+            ).fetchone()
         return Lease(name, row[0] or "", row[1], row[2], row[3]) if row else None
 
     def _token(self, db: sqlite3.Connection, name: str) -> int | None:
@@ -440,11 +551,11 @@ class SQLiteStore:
     # --- the effect ledger -------------------------------------------------------------
 
     def effect(self, idempotency_key: str) -> Effect | None:
-        row = self.db.execute(
+        row = self._one(
             "SELECT idempotency_key, session_id, call_id, attempt, effects, state, result"
             " FROM effects WHERE idempotency_key = ?",
             (idempotency_key,),
-        ).fetchone()
+        )
         return Effect(*row) if row else None
 
     def record_effect(self, effect: Effect, fences: tuple[Lease, ...] = ()) -> None:
@@ -472,29 +583,27 @@ class SQLiteStore:
                 (token, session_id, call_id, result.model_dump_json(), _now_ms()),
             )
 
-    def late_results(self, session_id: str) -> list[tuple[str, ToolResult]]:
-        rows = self.db.execute(
+    def late_results(self, session_id: str) -> builtins.list[tuple[str, ToolResult]]:
+        rows = self._all(
             "SELECT call_id, result FROM late_results WHERE session_id = ? ORDER BY received_ms",
             (session_id,),
-        ).fetchall()
+        )
         return [(r[0], ToolResult.model_validate_json(r[1])) for r in rows]
 
     # --- continuations -----------------------------------------------------------------
 
     def find(self, token: str) -> Continuation | None:
-        row = self.db.execute(
-            "SELECT session_id, call_id FROM continuations WHERE token = ?", (token,)
-        ).fetchone()
+        row = self._one("SELECT session_id, call_id FROM continuations WHERE token = ?", (token,))
         return Continuation(token, row[0], row[1]) if row else None
 
     # --- tool cache --------------------------------------------------------------------
 
     def get(self, tool: str, arguments: dict[str, Any]) -> ToolResult | None:
-        row = self.db.execute(
+        row = self._one(
             "SELECT result FROM tool_cache"
             " WHERE key = ? AND (expires_ms IS NULL OR expires_ms > ?)",
             (cache_key(tool, arguments), _now_ms()),
-        ).fetchone()
+        )
         return ToolResult.model_validate_json(row[0]) if row else None
 
     def put(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner.session import Session, TrackedCall
-from runner.session.models import new_token
+from runner.state import new_token
 from runner.stores import (
     CompositeStore,
     FileSessionStore,

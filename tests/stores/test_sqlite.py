@@ -7,7 +7,8 @@ import sqlite3
 import pytest
 
 from runner.session import Session, ToolResult, TrackedCall
-from runner.session.models import (
+from runner.state import (
+    HistoryNotLoaded,
     LlmTurn,
     PartialUserTurn,
     ToolCall,
@@ -133,31 +134,43 @@ def test_a_checkpoint_writes_only_what_changed(tmp_path):
     store = SQLiteStore(tmp_path / "s.db")
     for pairs in (2, 200):
         created = store.create(long_session(pairs), {"slug": "a"})
-        session = store.load(created.id)
+        session = store.load(created.id, history=False)
+        assert session.first_turn == session.turn_count - 1 and len(session.turns) == 1
         session.call("wait").state = "ready"
         before = store.db.total_changes
         store.save(session)
-        # The header, the last turn, and the last turn's two calls: never the history.
-        assert store.db.total_changes - before == 4
-        assert not session.history_read
-        assert (
-            store.load(created.id)
-            == created.model_copy(
-                update={"version": 2, "updated_ms": store.load(created.id).updated_ms}
-            )
-            or store.load(created.id).call("wait").state == "ready"
-        )
-        assert store.load(created.id).materialize().calls["wait"].state == "ready"
+        # The header, the last turn, and the open call: never the history, nor a call
+        # that was already stored as ended.
+        assert store.db.total_changes - before == 3
+        assert store.load(created.id).calls["wait"].state == "ready"
+        # The whole session, loaded again, is what was created with that one change.
+        expected = created.model_copy(deep=True)
+        expected.calls["wait"].state = "ready"
+        again = store.load(created.id)
+        assert again == expected.model_copy(update={"version": 2, "updated_ms": again.updated_ms})
+
+
+def test_a_checkpoint_after_reading_the_history_still_writes_only_what_changed(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    created = store.create(long_session(200), {"slug": "a"})
+    session = store.with_history(store.load(created.id, history=False))
+    assert session.has_history and session == created
+    session.call("wait").state = "ready"
+    before = store.db.total_changes
+    store.save(session)
+    assert store.db.total_changes - before == 3
 
 
 def test_a_load_reads_the_history_only_when_used_and_as_it_was(tmp_path):
     path = tmp_path / "s.db"
     store, other = SQLiteStore(path), SQLiteStore(path)
     created = store.create(long_session(3), {"slug": "a"})
-    session = store.load(created.id)
+    session = store.load(created.id, history=False)
     assert [c.id for c in session.open_calls()] == ["wait"] and session.due_ms() is None
     assert isinstance(session.last_turn, PartialUserTurn) and session.turn_count == 9
-    assert not session.history_read
+    assert not session.has_history
+    with pytest.raises(HistoryNotLoaded, match="only the turns from 8 on"):
+        session.require_history("the LLM's next request")
     # Someone else advances the session before this reader looks at its history...
     ahead = other.load(created.id)
     _finish_wait = ahead.call("wait")
@@ -166,18 +179,21 @@ def test_a_load_reads_the_history_only_when_used_and_as_it_was(tmp_path):
     ahead.turns.append(LlmTurn(text="the end"))
     other.save(ahead)
     # ...the reader still sees the session as it loaded it, and cannot commit over it.
-    assert session.materialize().turns == created.turns
-    assert session.calls == created.calls and list(session.calls) == list(created.calls)
+    whole = store.with_history(session)
+    assert whole.turns == created.turns
+    assert whole.calls == created.calls and list(whole.calls) == list(created.calls)
     with pytest.raises(VersionConflict):
-        store.save(session)
-    assert other.load(created.id).materialize().turns == ahead.turns
+        store.save(whole)
+    assert other.load(created.id).turns == ahead.turns
 
 
 def test_a_session_from_another_store_is_written_whole(tmp_path):
     first, second = SQLiteStore(tmp_path / "a.db"), SQLiteStore(tmp_path / "b.db")
     created = first.create(long_session(2), {"slug": "a"})
     copied = second.create(first.load(created.id), {"slug": "a"})
-    assert second.load(created.id).materialize() == copied == created
+    assert second.load(created.id) == copied == created
+    with pytest.raises(HistoryNotLoaded):  # a store gets a session whole, never a part
+        second.create(first.load(created.id, history=False), {"slug": "a"})
     assert second.find(created.call("wait").token).call_id == "wait"
 
 
@@ -210,10 +226,11 @@ def test_migration_moves_sessions_into_rows(tmp_path, version):
     assert store.schema_version() == SCHEMA_VERSION
     assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     for s in sessions:
-        loaded = store.load(s.id)
+        loaded = store.load(s.id, history=False)
         assert loaded.version == 3 and loaded.turn_count == len(s.turns)
         assert [c.id for c in loaded.open_calls()] == [c.id for c in s.open_calls()]
-        assert loaded.materialize() == s.model_copy(update={"version": 3})
+        assert store.with_history(loaded) == s.model_copy(update={"version": 3})
+        assert store.load(s.id) == s.model_copy(update={"version": 3})
         loaded.status = "paused"
         assert store.save(loaded).version == 4
-        assert store.load(s.id).materialize().turns == s.turns
+        assert store.load(s.id).turns == s.turns

@@ -1,0 +1,62 @@
+"""What a session is made of, as plain values, and how its states move.
+
+models.py: sessions, turns, tracked calls and results (exact JSON round trips);
+transitions.py: the tables of allowed state changes and the functions that apply them;
+clock.py: the engine's injectable clock. Nothing here does I/O or knows of stores.
+"""
+
+from runner.state.clock import Clock, ManualClock, SystemClock
+from runner.state.models import (
+    CALL_STATES,
+    SCHEMA_CHANGES,
+    SESSION_SCHEMA_VERSION,
+    SESSION_STATUSES,
+    TERMINAL_STATES,
+    UNKNOWN_OUTCOME,
+    CallState,
+    HistoryNotLoaded,
+    LlmTurn,
+    PartialUserTurn,
+    Session,
+    SessionStatus,
+    ToolCall,
+    ToolResult,
+    ToolResultEntry,
+    TrackedCall,
+    Turn,
+    UserTurn,
+    load_document,
+    migrate,
+    new_token,
+    now_ms,
+)
+from runner.state.transitions import IllegalTransition
+
+__all__ = [
+    "CALL_STATES",
+    "SCHEMA_CHANGES",
+    "SESSION_SCHEMA_VERSION",
+    "SESSION_STATUSES",
+    "TERMINAL_STATES",
+    "UNKNOWN_OUTCOME",
+    "CallState",
+    "Clock",
+    "HistoryNotLoaded",
+    "IllegalTransition",
+    "LlmTurn",
+    "ManualClock",
+    "PartialUserTurn",
+    "Session",
+    "SessionStatus",
+    "SystemClock",
+    "ToolCall",
+    "ToolResult",
+    "ToolResultEntry",
+    "TrackedCall",
+    "Turn",
+    "UserTurn",
+    "load_document",
+    "migrate",
+    "new_token",
+    "now_ms",
+]

@@ -1,0 +1,275 @@
+"""What a session is made of, as stored: turns, tracked tool calls and their results.
+
+Every model round-trips exactly through JSON (`Session.to_json` / `Session.from_json`);
+the store keeps that document, so nothing needed to continue lives only in memory.
+
+Models are plain values: no I/O, no cache, no link to a store. A store may hand out only
+the recent part of a session (see `Session`); turns are append only (only the last one is
+replaced, when a partial user turn folds) and a terminal call never changes, so a store
+can tell what is new by itself. How states move is in transitions.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Version of the session document; a store refuses documents newer than this.
+SESSION_SCHEMA_VERSION = 2
+#: What each version changed, for the message that refuses an unmigrated session.
+SCHEMA_CHANGES = {
+    2: "durable retries, deferred-call expiry, the unknown_outcome call state, quarantine",
+}
+
+CallState = Literal["ready", "running", "deferred", "unknown_outcome", "completed", "failed",
+                    "expired", "cancelled"]  # fmt: skip
+TerminalCallState = Literal["completed", "failed", "expired", "cancelled"]
+#: States a call never leaves.
+TERMINAL_STATES: frozenset[CallState] = frozenset(get_args(TerminalCallState))
+#: Every call state, in the order the docs list them.
+CALL_STATES: tuple[CallState, ...] = get_args(CallState)
+#: The error code of a result that says "the outcome is unknown; an operator decides".
+UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+
+#: running: can be stepped; waiting: needs results from outside (deferred or detached
+#: isolated calls, or an operator for an unknown outcome); paused: an operator stopped it;
+#: quarantined: recovery kept killing its workers; completed: final answer given.
+SessionStatus = Literal["running", "waiting", "paused", "quarantined", "completed", "cancelled"]
+SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+def new_token() -> str:
+    """A continuation token: the handle by which a result finds its call."""
+    return str(uuid.uuid4())
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ToolCall(Model):
+    """One tool call as the LLM asked for it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolResult(Model):
+    """What a call produced; `content` is what the model is shown."""
+
+    status: Literal["ok", "error", "expired", "cancelled"]
+    content: Any  # text or any JSON value
+    error_code: str | None = None
+    retryable: bool = False
+
+    @classmethod
+    def ok(cls, content: Any) -> ToolResult:
+        return cls(status="ok", content=content)
+
+    @classmethod
+    def error(cls, code: str, message: str, retryable: bool = False) -> ToolResult:
+        return cls(status="error", content=message, error_code=code, retryable=retryable)
+
+    def text(self) -> str:
+        """The result as the model reads it."""
+        body = self.content if isinstance(self.content, str) else json.dumps(self.content)
+        if self.status == "ok":
+            return body
+        code = f" {self.error_code}" if self.error_code else ""
+        return f"[{self.status}{code}] {body}"
+
+
+class UserTurn(Model):
+    """A prompt, or the complete results of the previous LLM turn's tool calls."""
+
+    kind: Literal["user"] = "user"
+    text: str | None = None
+    tool_results: list[ToolResultEntry] = Field(default_factory=list)
+
+
+class ToolResultEntry(Model):
+    tool_call_id: str
+    tool: str
+    result: ToolResult
+
+
+class LlmTurn(Model):
+    kind: Literal["llm"] = "llm"
+    text: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class PartialUserTurn(Model):
+    """The user turn being gathered: the calls of the LLM turn before it, in order.
+    It becomes a UserTurn once every call has reached a terminal state."""
+
+    kind: Literal["partial_user"] = "partial_user"
+    call_ids: list[str]
+
+
+UserTurn.model_rebuild()
+Turn = Annotated[UserTurn | LlmTurn | PartialUserTurn, Field(discriminator="kind")]
+
+
+class TrackedCall(Model):
+    """A tool call the runtime is responsible for, from classification to result."""
+
+    id: str  # the LLM's tool_call_id, unique within the session
+    token: str  # continuation token (UUID): how a result from outside finds this call
+    tool: str
+    arguments: dict[str, Any]
+    state: CallState
+    disposition: dict[str, Any]  # the policy's decision, as JSON (see session.policy)
+    turn: int  # index of the LLM turn that asked for it
+    label: str | None = None
+    defer_reason: str | None = None
+    attempts: int = 0  # counted in the store before each attempt starts
+    #: Retry budget (attempts in all) and when the next attempt may start (epoch ms).
+    max_attempts: int | None = None
+    next_attempt_ms: int | None = None
+    last_error: ToolResult | None = None
+    #: When a deferred call expires (epoch ms), if it has an expiry.
+    expires_ms: int | None = None
+    idempotency_key: str
+    result: ToolResult | None = None
+    created_ms: int = Field(default_factory=now_ms)
+    updated_ms: int = Field(default_factory=now_ms)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class HistoryNotLoaded(Exception):
+    """Something needed the whole conversation, but only its recent part was loaded."""
+
+
+class Session(Model):
+    """A session as a plain value: what the store holds, or the recent part of it.
+
+    A store may hand out only what can still change (`load(..., history=False)`): then
+    `turns` starts at turn `first_turn` (the last stored turn) and `calls` holds the open
+    calls and those of the last turn. Turns before it and calls that ended before it
+    never change; `with_history(session)` reads them when something needs the whole
+    conversation (the LLM's next request, an operator's view): it is always asked for.
+    """
+
+    id: str
+    schema_version: int = SESSION_SCHEMA_VERSION
+    agent_slug: str
+    agent_hash: str
+    status: SessionStatus = "running"
+    #: Compare-and-set counter, owned by the store: each committed write adds one.
+    version: int = 0
+    #: Index of `turns[0]` in the whole conversation; 0 when the history is all here.
+    first_turn: int = 0
+    turns: list[Turn] = Field(default_factory=list)
+    calls: dict[str, TrackedCall] = Field(default_factory=dict)
+    final_answer: str | None = None
+    quarantine_reason: str | None = None
+    created_ms: int = Field(default_factory=now_ms)
+    updated_ms: int = Field(default_factory=now_ms)
+
+    @property
+    def has_history(self) -> bool:
+        """True when every turn and call is here (not only the recent part)."""
+        return self.first_turn == 0
+
+    def require_history(self, purpose: str) -> None:
+        if not self.has_history:
+            raise HistoryNotLoaded(
+                f"session {self.id}: {purpose} needs its whole history, but only the turns"
+                f" from {self.first_turn} on were loaded; load it with its history first"
+            )
+
+    @property
+    def turn_count(self) -> int:
+        return self.first_turn + len(self.turns)
+
+    def header_json(self) -> str:
+        """The session without its turns and calls (a store keeps those as rows)."""
+        return self.model_dump_json(exclude={"turns", "calls", "first_turn"})
+
+    def replace_last_turn(self, turn: UserTurn | LlmTurn | PartialUserTurn) -> None:
+        self.turns[-1] = turn
+
+    def call(self, call_id: str) -> TrackedCall:
+        return self.calls[call_id]
+
+    @classmethod
+    def start(cls, agent_slug: str, agent_hash: str, prompt: str) -> Session:
+        return cls(
+            id=f"s-{uuid.uuid4()}",
+            agent_slug=agent_slug,
+            agent_hash=agent_hash,
+            turns=[UserTurn(text=prompt)],
+        )
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Session:
+        return cls.model_validate_json(text)
+
+    def call_by_token(self, token: str) -> TrackedCall | None:
+        """The call with this continuation token, among the calls held."""
+        return next((c for c in self.calls.values() if c.token == token), None)
+
+    def open_calls(self) -> list[TrackedCall]:
+        return [c for c in self.calls.values() if not c.terminal]
+
+    def waiting_on(self) -> list[TrackedCall]:
+        """Calls that only something outside this step can finish."""
+        outside = ("deferred", "unknown_outcome")
+        return [c for c in self.open_calls() if c.state in outside or _detached(c)]
+
+    def due_ms(self) -> int | None:
+        """When a worker should next advance this session; None: only outside input can."""
+        if self.status not in ("running", "waiting"):
+            return None
+        if self.status == "running" and not self.open_calls():
+            return self.updated_ms
+        times = [c.expires_ms for c in self.open_calls()
+                 if c.state == "deferred" and c.expires_ms is not None]  # fmt: skip
+        times += [c.next_attempt_ms or self.updated_ms for c in self.open_calls()
+                  if c.state in ("ready", "running")]  # fmt: skip
+        return min(times) if times else None
+
+    @property
+    def last_turn(self) -> UserTurn | LlmTurn | PartialUserTurn | None:
+        return self.turns[-1] if self.turns else None
+
+
+def load_document(text: str | bytes) -> Session:
+    """A stored session document; one from a newer program is refused by name."""
+    data = json.loads(text)
+    version = data.get("schema_version", 1) if isinstance(data, dict) else None
+    if isinstance(version, int) and version > SESSION_SCHEMA_VERSION:
+        raise ValueError(
+            f"session {data.get('id')} has session schema {version}, newer than this"
+            f" program's {SESSION_SCHEMA_VERSION}; upgrade agents-runner"
+        )
+    return Session.model_validate(data)
+
+
+def migrate(session: Session) -> Session:
+    """Bring an older session document to SESSION_SCHEMA_VERSION (every change so far
+    only added fields with defaults, so the document itself needs no rewriting)."""
+    return session.model_copy(update={"schema_version": SESSION_SCHEMA_VERSION})
+
+
+def _detached(call: TrackedCall) -> bool:
+    inner = call.disposition
+    while inner.get("tag") == "decorate":
+        inner = inner["inner"]
+    return inner.get("tag") == "runIsolated" and inner.get("attached") is False
