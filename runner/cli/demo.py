@@ -73,7 +73,8 @@ def agents_runner(*args: str) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         fail(f"`agents-runner {' '.join(args)}` failed: {done.stderr.strip()}", 1)
-    return json.loads(done.stdout)
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
 
 
 @app.command("demo")

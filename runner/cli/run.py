@@ -44,8 +44,9 @@ def run(
     """Run to the final answer, or stop when the turn waits on deferred calls and print
     the paused report (session id and continuation tokens) as JSON."""
     text = read_prompt(prompt, file)
-    agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), open_store(store))
-    report = run_async(agent.run, text)
+    with open_store(store) as opened:
+        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
+        report = run_async(agent.run, text)
     document = report.to_dict()
     if report.status == "waiting":
         document["status"] = "paused"

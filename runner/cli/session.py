@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -27,29 +28,34 @@ from runner.llm import LLMError
 from runner.session import (
     AgentError,
     DurableAgent,
+    LeaseBusy,
     Session,
     SessionError,
     StepReport,
+    StoreCapabilityError,
     ToolResult,
+    from_envelope,
     load_agent,
     parse_agent,
+    pending_entry,
+    require_durable,
     with_durable_workflows,
 )
-from runner.session.execute import from_envelope
-from runner.session.leases import LeaseBusy
-from runner.session.models import LlmTurn, PartialUserTurn, UserTurn
 from runner.session.operator import CONDITIONS, conditions, explain
-from runner.session.scheduler import pending_entry
-from runner.stores import SQLiteStore, StoreError
+from runner.state import LlmTurn, PartialUserTurn, UserTurn
+from runner.stores import DurableStore, StoreError
+from runner.stores import open_store as open_location
 
-DEFAULT_STORE = Path(".agents-runner/state.db")
+DEFAULT_STORE = ".agents-runner/state.db"
 #: Largest result file `session complete` reads.
 MAX_RESULT_FILE_BYTES = 16 * 1024 * 1024
 
 StoreOption = Annotated[
-    Path,
-    typer.Option("--store", envvar="AGENTS_RUNNER_STORE", help="the SQLite store file"),
-]
+    str,
+    typer.Option("--store", envvar="AGENTS_RUNNER_STORE",
+                 help="the store: PATH or sqlite:PATH (SQLite), file:DIR, or LOC,LOC (a"
+                      " composite whose first store takes the writes)"),
+]  # fmt: skip
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
 AgentFileOption = Annotated[
     Path | None, typer.Option("--agent-file", help="the agent definition (JSON)")
@@ -68,25 +74,35 @@ def user_errors() -> Iterator[None]:
     """Turn every expected failure into one line on stderr (2: bad input, 1: the rest)."""
     try:
         yield
-    except (AgentError, SessionError) as exc:
+    except (AgentError, SessionError, StoreCapabilityError) as exc:
         fail(str(exc), 2)
     except (StoreError, LLMError, LeaseBusy) as exc:
         fail(str(exc), 1)
 
 
-def open_store(path: Path) -> SQLiteStore:
+@contextmanager
+def open_store(location: str) -> Iterator[DurableStore]:
+    """The store at `location`, closed when the command is done with it. The commands
+    advance sessions from separate processes, so the store must fence (a file store
+    alone is refused with the reason)."""
     with user_errors():
-        return SQLiteStore(path)
+        store = open_location(location)
+    try:
+        with user_errors():
+            durable = require_durable(store, "the session commands (separate processes)")
+        yield durable
+    finally:
+        store.close()
 
 
 def stored_agent(
-    store: SQLiteStore, session_id: str, agent_file: Path | None = None, **options: Any
+    store: DurableStore, session_id: str, agent_file: Path | None = None, **options: Any
 ) -> DurableAgent:
     """The agent a session started with, from the store (or `agent_file`, checked against
     it when the session advances), in asynchronous mode. `options`: DurableAgent fields
     such as migrate=True or allow_agent_change=True."""
     with user_errors():
-        session = store.load(session_id)
+        session = store.load(session_id, history=False)
         if agent_file is not None:
             agent = load_agent(agent_file)
         else:
@@ -95,7 +111,7 @@ def stored_agent(
     return replace(durable, **options)
 
 
-def agent_from_file(path: Path | None, store: SQLiteStore) -> DurableAgent:
+def agent_from_file(path: Path | None, store: DurableStore) -> DurableAgent:
     if path is None:
         fail("--agent-file is required (before or after the command name)")
     with user_errors():
@@ -150,14 +166,14 @@ def start(
 ) -> None:
     """Start a session (and with --step, run its first step)."""
     text = read_prompt(prompt, file)
-    opened = open_store(store)
-    agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
-    with user_errors():
-        session = agent.start(text)
-    if step:
-        stepper = stored_agent(opened, session.id)
-        print_report(run_async(stepper.step, session.id), as_json)
-        return
+    with open_store(store) as opened:
+        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
+        with user_errors():
+            session = agent.start(text)
+        if step:
+            stepper = stored_agent(opened, session.id)
+            print_report(run_async(stepper.step, session.id), as_json)
+            return
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: console.print(f"started session [bold]{session.id}[/]"))  # fmt: skip
 
@@ -181,8 +197,9 @@ def step(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Run one scheduling step."""
-    agent = stored_agent(open_store(store), session_id)
-    print_report(run_async(agent.step, session_id), as_json)
+    with open_store(store) as opened:
+        agent = stored_agent(opened, session_id)
+        print_report(run_async(agent.step, session_id), as_json)
 
 
 @session_app.command("resume")
@@ -204,13 +221,14 @@ def resume(
 ) -> None:
     """Step until the final answer or the next wait (un-pauses a paused session)."""
     chosen = agent_file or (ctx.obj or {}).get("agent_file")
-    agent = stored_agent(open_store(store), session_id, chosen, migrate=migrate,
-                         allow_agent_change=allow_agent_change)  # fmt: skip
+    with open_store(store) as opened:
+        agent = stored_agent(opened, session_id, chosen, migrate=migrate,
+                             allow_agent_change=allow_agent_change)  # fmt: skip
 
-    async def go() -> StepReport:
-        return await agent.resume(session_id, unquarantine=unquarantine)
+        async def go() -> StepReport:
+            return await agent.resume(session_id, unquarantine=unquarantine)
 
-    print_report(run_async(go), as_json)
+        print_report(run_async(go), as_json)
 
 
 @session_app.command("pause")
@@ -218,9 +236,10 @@ def pause(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Stop a session from being stepped until `session resume`."""
-    agent = stored_agent(open_store(store), session_id)
-    with user_errors():
-        session = agent.pause(session_id)
+    with open_store(store) as opened:
+        agent = stored_agent(opened, session_id)
+        with user_errors():
+            session = agent.pause(session_id)
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: console.print(f"session {session.id} is paused"))  # fmt: skip
 
@@ -230,9 +249,10 @@ def cancel(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Cancel a session and every call still open."""
-    agent = stored_agent(open_store(store), session_id)
-    with user_errors():
-        session = agent.cancel(session_id)
+    with open_store(store) as opened:
+        agent = stored_agent(opened, session_id)
+        with user_errors():
+            session = agent.cancel(session_id)
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: console.print(f"session {session.id} is cancelled"))  # fmt: skip
 
@@ -242,8 +262,8 @@ def pending(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """List the calls still open, with their continuation tokens."""
-    with user_errors():
-        session = open_store(store).load(session_id)
+    with open_store(store) as opened, user_errors():
+        session = opened.load(session_id, history=False)  # open calls are all loaded
     document = {"session_id": session.id, "status": session.status,
                 "pending": [pending_entry(c) for c in session.open_calls()]}  # fmt: skip
     emit(document, as_json, lambda: print_pending(session))
@@ -254,8 +274,9 @@ def run_isolated(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Run the detached isolated calls a session waits on, and record their results."""
-    agent = stored_agent(open_store(store), session_id)
-    print_report(run_async(agent.run_isolated, session_id), as_json)
+    with open_store(store) as opened:
+        agent = stored_agent(opened, session_id)
+        print_report(run_async(agent.run_isolated, session_id), as_json)
 
 
 def read_result(path: Path) -> ToolResult:
@@ -280,16 +301,16 @@ def read_result(path: Path) -> ToolResult:
     if isinstance(value, dict) and value.get("kind") == "ToolCallResult":
         try:
             return from_envelope(ToolCallResult.model_validate(value))
-        except ValueError as exc:
+        except ValidationError as exc:
             fail(f"{path}: not a valid ToolCallResult: {codec.describe_validation_error(exc)}")
     return ToolResult.ok(value)
 
 
-def wake_by_token(store: SQLiteStore, token: str, result: ToolResult, as_json: bool) -> None:
+def wake_by_token(store: DurableStore, token: str, result: ToolResult, as_json: bool) -> None:
     with user_errors():
         found = store.find(token)
     if found is None:
-        fail(f"no call has the continuation token {token!r} in {store.path}")
+        fail(f"no call has the continuation token {token!r} in the {store.description}")
     agent = stored_agent(store, found.session_id)
     report = run_async(agent.wake, found.session_id, [(token, result)])
 
@@ -319,7 +340,8 @@ def complete(
 ) -> None:
     """Give a deferred call its result (idempotent: a second result is reported, not applied)."""
     result = read_result(file)
-    wake_by_token(open_store(store), token, result, as_json)
+    with open_store(store) as opened:
+        wake_by_token(opened, token, result, as_json)
 
 
 @session_app.command("fail")
@@ -332,7 +354,8 @@ def fail_call(
     """Fail a deferred call; the model sees the reason."""
     if not reason.strip():
         fail("--reason must say why the call failed")
-    wake_by_token(open_store(store), token, ToolResult.error("TOOL_FAILED", reason), as_json)
+    with open_store(store) as opened:
+        wake_by_token(opened, token, ToolResult.error("TOOL_FAILED", reason), as_json)
 
 
 @session_app.command("retry")
@@ -343,17 +366,17 @@ def retry(
     as_json: JsonOption = False,
 ) -> None:
     """Run a call in unknown_outcome again (needs --force: it may have had its effects)."""
-    opened = open_store(store)
-    with user_errors():
-        found = opened.find(token)
-    if found is None:
-        fail(f"no call has the continuation token {token!r} in {opened.path}")
-    agent = stored_agent(opened, found.session_id)
+    with open_store(store) as opened:
+        with user_errors():
+            found = opened.find(token)
+        if found is None:
+            fail(f"no call has the continuation token {token!r} in the {opened.description}")
+        agent = stored_agent(opened, found.session_id)
 
-    async def go() -> Session:
-        return await agent.retry(found.session_id, token, force=force)
+        async def go() -> Session:
+            return await agent.retry(found.session_id, token, force=force)
 
-    session = run_async(go)
+        session = run_async(go)
     emit({"session_id": session.id, "status": session.status, "retried": found.call_id},
          as_json, lambda: console.print(f"call {found.call_id} will run again"))  # fmt: skip
 
@@ -367,10 +390,9 @@ def list_sessions(
     """List the sessions in the store with their conditions (see `session show`)."""
     if status is not None and status not in CONDITIONS:
         fail(f"--status: expected one of {', '.join(CONDITIONS)}, got {status!r}")
-    opened = open_store(store)
-    now = opened.now_ms()
     rows = []
-    with user_errors():
+    with open_store(store) as opened, user_errors():
+        now = opened.now_ms()
         for row in opened.list():
             found = conditions(opened.load(row.id), opened.lease(row.id), now)
             if status is None or status in found:
@@ -391,8 +413,7 @@ def show(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Show a session: its turns, its calls and their results."""
-    opened = open_store(store)
-    with user_errors():
+    with open_store(store) as opened, user_errors():
         session = opened.load(session_id)
         lease, now = opened.lease(session_id), opened.now_ms()
         late = opened.late_results(session_id)
@@ -408,8 +429,8 @@ def show(
             console.print(f"[dim]{index}[/] {describe_turn(turn)}")
         table = Table("call", "tool", "state", "attempts", "result")
         for call in session.calls.values():
-            result = call.result.text() if call.result else ""
-            table.add_row(call.id, call.tool, call.state, str(call.attempts), result[:120])
+            text = call.result.text() if call.result else ""
+            table.add_row(call.id, call.tool, call.state, str(call.attempts), text[:120])
         console.print(table)
 
     late_results = [{"call_id": c, "result": r.model_dump()} for c, r in late]

@@ -18,15 +18,20 @@ import time
 from typing import Annotated
 
 import anyio
+import anyio.to_thread
 import typer
 
 from runner.cli.app import app
 from runner.cli.session import DEFAULT_STORE, StoreOption, open_store
-from runner.session import SessionError, parse_agent, with_durable_workflows
-from runner.session.leases import LeaseBusy
-from runner.session.scheduler import default_lease_seconds, default_owner
-from runner.session.sweep import sweep_orphans
-from runner.stores import SQLiteStore, StoreError
+from runner.isolation import sweep_orphans
+from runner.session import (
+    DurableAgent,
+    LeaseBusy,
+    default_lease_seconds,
+    default_owner,
+    parse_agent,
+)
+from runner.stores import DurableStore
 
 #: After an error, a session is left alone this long before the worker tries it again.
 ERROR_BACKOFF_S = 30.0
@@ -46,15 +51,20 @@ def worker(
     ] = False,
 ) -> None:
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
-    anyio.run(_serve, open_store(store), concurrency, poll_seconds, exit_when_idle)
+    with open_store(store) as durable:
+        anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle)
 
 
-async def _serve(store: SQLiteStore, concurrency: int, poll_s: float, exit_when_idle: bool) -> None:
+async def _serve(
+    store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool
+) -> None:
     owner, lease_s = default_owner(), default_lease_seconds()
-    sweep_orphans()  # workers and containers a crashed predecessor left behind
+    # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
+    await anyio.to_thread.run_sync(sweep_orphans)
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     stopping = anyio.Event()
+    drained = anyio.Event()  # set once stopping and the last session in flight is done
 
     async def on_signals() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -65,40 +75,44 @@ async def _serve(store: SQLiteStore, concurrency: int, poll_s: float, exit_when_
 
     async def advance(session_id: str) -> None:
         try:
-            session = store.load(session_id)
-            agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
-            durable = with_durable_workflows(agent.with_mode("asynchronous"), store)
-            durable = type(durable)(durable.agent, store, owner=owner, lease_s=lease_s)
+            session = await anyio.to_thread.run_sync(lambda: store.load(session_id, history=False))
+            document = await anyio.to_thread.run_sync(store.agent_document, session.agent_hash)
+            agent = parse_agent(document, "stored agent").with_mode("asynchronous")
+            durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
             report = await durable.work(session_id)
             log(f"session {session_id}: {report.status}, ran {len(report.ran)} call(s)")
         except LeaseBusy:
             pass  # another worker got there first
-        except (SessionError, StoreError, Exception) as exc:  # one bad session stops nothing
+        except Exception as exc:  # one bad session stops nothing; it is logged and rested
             resting[session_id] = time.monotonic() + ERROR_BACKOFF_S
             log(f"session {session_id}: {type(exc).__name__}: {exc}")
         finally:
             in_flight.discard(session_id)
+            if stopping.is_set() and not in_flight:
+                drained.set()
 
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
         while not stopping.is_set():
             now = time.monotonic()
             skip = in_flight | {s for s, until in resting.items() if until > now}
-            due = store.due_sessions(concurrency - len(in_flight), skip)
+            due = await anyio.to_thread.run_sync(
+                store.due_sessions, concurrency - len(in_flight), skip
+            )
             for session_id in due:
                 in_flight.add(session_id)
                 group.start_soon(advance, session_id)
-            if not due and not in_flight and exit_when_idle and _idle(store, resting):
+            if (not due and not in_flight and exit_when_idle
+                    and await anyio.to_thread.run_sync(_idle, store, resting)):  # fmt: skip
                 break
             with anyio.move_on_after(poll_s):
                 await stopping.wait()
         # Drain: what is in flight finishes (its leases are released) before we exit.
-        while in_flight:
-            await anyio.sleep(0.05)
+        await drained.wait() if in_flight else None
         group.cancel_scope.cancel()
 
 
-def _idle(store: SQLiteStore, resting: dict[str, float]) -> bool:
+def _idle(store: DurableStore, resting: dict[str, float]) -> bool:
     """Nothing running anywhere (another worker may be mid-turn), bar sessions this
     worker already gave up on."""
     return all(row.id in resting for row in store.list("running"))

@@ -6,22 +6,20 @@
     agent = with_durable_workflows(load_agent("examples/agents/demo.json"), SQLiteStore("s.db"))
     report = anyio.run(agent.run, "What do we know?")
 
-models.py holds what is stored, agent.py the agent file, policy.py the dispositions and
-the policy, execute.py how one call runs, scheduler.py the steps. The engine sees
-isolation only through the Runner protocol and the store only through its interfaces.
+agent.py: the agent file; policy.py: dispositions and the policy; scheduler.py: the
+public DurableAgent; gate.py: the lease/version/poison/expiry gate; stepper.py: steps;
+commands.py: wake and the operator's commands; execute.py: how one call runs;
+storage.py: store calls off the event loop and the capability checks; leases.py: holding
+and renewing a lease; operator.py: what an operator is shown. Session values and their
+state tables live in runner.state; the engine sees isolation only through the Runner
+protocol and the store only through its interfaces.
 """
 
 from runner.session.agent import Agent, AgentError, ToolSpec, load_agent, parse_agent
-from runner.session.models import (
-    SESSION_SCHEMA_VERSION,
-    LlmTurn,
-    PartialUserTurn,
-    Session,
-    ToolCall,
-    ToolResult,
-    TrackedCall,
-    UserTurn,
-)
+from runner.session.commands import UnknownToken
+from runner.session.execute import from_envelope, runner_for_spec
+from runner.session.gate import SessionError
+from runner.session.leases import LeaseBusy
 from runner.session.policy import (
     Cache,
     Decorate,
@@ -38,15 +36,25 @@ from runner.session.policy import (
     Timeout,
     Truncate,
 )
+from runner.session.reports import StepReport, WakeReport, pending_entry, waiting_reason
 from runner.session.scheduler import (
     DurableAgent,
-    SessionError,
-    StepReport,
-    UnknownToken,
-    WakeReport,
+    default_lease_seconds,
+    default_owner,
     with_deployment_runner,
     with_durable_workflows,
     with_tool_cache,
+)
+from runner.session.storage import StoreCapabilityError, require_durable
+from runner.state import (
+    SESSION_SCHEMA_VERSION,
+    LlmTurn,
+    PartialUserTurn,
+    Session,
+    ToolCall,
+    ToolResult,
+    TrackedCall,
+    UserTurn,
 )
 
 __all__ = [
@@ -59,6 +67,7 @@ __all__ = [
     "DockerSpec",
     "DurableAgent",
     "Label",
+    "LeaseBusy",
     "LlmTurn",
     "LocalProcessSpec",
     "PartialUserTurn",
@@ -71,6 +80,7 @@ __all__ = [
     "Session",
     "SessionError",
     "StepReport",
+    "StoreCapabilityError",
     "Timeout",
     "ToolCall",
     "ToolResult",
@@ -80,8 +90,15 @@ __all__ = [
     "UnknownToken",
     "UserTurn",
     "WakeReport",
+    "default_lease_seconds",
+    "default_owner",
+    "from_envelope",
     "load_agent",
     "parse_agent",
+    "pending_entry",
+    "require_durable",
+    "runner_for_spec",
+    "waiting_reason",
     "with_deployment_runner",
     "with_durable_workflows",
     "with_tool_cache",

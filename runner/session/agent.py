@@ -16,6 +16,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from runner.llm import OpenAIProvider as OpenAIProvider  # re-exported
+from runner.llm import ProviderConfig, ScriptedLLM
+from runner.llm import ScriptedProvider as ScriptedProvider  # re-exported
 from runner.session.policy import PolicyConfig
 
 
@@ -46,30 +49,8 @@ class ToolSpec(_Spec):
     )
 
 
-class ScriptedProvider(_Spec):
-    tag: Literal["scripted"] = "scripted"
-    #: A JSON file (relative to the agent file) with {"responses": [...]}; read at load.
-    script: str | None = None
-    responses: list[dict[str, Any]] | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> ScriptedProvider:
-        if self.responses is None and self.script is None:
-            raise ValueError("a scripted provider needs `script` (a file) or `responses`")
-        return self
-
-
-class OpenAIProvider(_Spec):
-    tag: Literal["openaiCompatible"] = "openaiCompatible"
-    base_url: Annotated[str, Field(alias="baseUrl", pattern=r"^https?://")]
-    model: Annotated[str, Field(min_length=1)]
-    #: Name of the environment variable holding the API key (never the key itself).
-    api_key_env: Annotated[str | None, Field(alias="apiKeyEnv")] = None
-    timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
-    max_retries: Annotated[int, Field(alias="maxRetries", ge=0, le=10)] = 2
-
-
-Provider = Annotated[ScriptedProvider | OpenAIProvider, Field(discriminator="tag")]
+#: The `provider` section; the models live in runner.llm and are re-exported here.
+Provider = ProviderConfig
 
 
 class YieldOnTimeout(_Spec):
@@ -155,8 +136,6 @@ def parse_agent(document: Any, where: str = "agent") -> Agent:
     except ValidationError as exc:
         raise AgentError(f"{where}: {describe(exc)}") from None
     if isinstance(agent.provider, ScriptedProvider) and agent.provider.responses is not None:
-        from runner.llm import ScriptedLLM
-
         try:
             ScriptedLLM(agent.provider.responses)
         except ValueError as exc:
@@ -175,7 +154,7 @@ def load_agent(path: str | Path) -> Agent:
         raise AgentError(f"agent file {path} is not valid JSON: {exc}") from None
     agent = parse_agent(document, f"agent file {path}")
     provider = agent.provider
-    if isinstance(provider, ScriptedProvider) and provider.responses is None:
+    if isinstance(provider, ScriptedProvider) and provider.script and provider.responses is None:
         script_path = path.parent / provider.script
         try:
             script = json.loads(script_path.read_text(encoding="utf-8"))

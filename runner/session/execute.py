@@ -15,13 +15,13 @@ ledger (see `_recorded`), never by asking the model.
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import json
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import jsonschema
@@ -29,12 +29,20 @@ from pydantic import ValidationError
 
 from envelopes.codec import describe_validation_error, encode
 from envelopes.v1 import CallContext, RequestLimits, ToolCallRequest, ToolCallResult, ToolRef
-from runner import tools
-from runner.isolation import CallOutcome, Runner
-from runner.session.agent import Agent
-from runner.session.faults import crash_point
-from runner.session.models import UNKNOWN_OUTCOME, Session, ToolResult, TrackedCall, now_ms
+from runner.faults import crash_point
+from runner.isolation import (
+    CallOutcome,
+    ContainerLimits,
+    DockerRunner,
+    LocalProcessRunner,
+    Runner,
+    owner_environment,
+)
+from runner.session.leases import Holder
 from runner.session.policy import (
+    AnyDecorator,
+    AnyDisposition,
+    BaseDisposition,
     Cache,
     DockerSpec,
     Label,
@@ -45,56 +53,63 @@ from runner.session.policy import (
     Truncate,
     unwrap,
 )
-from runner.stores.base import Effect, EffectLedger, Lease, ToolCache
+from runner.session.runtime import Runtime
+from runner.state import UNKNOWN_OUTCOME, Session, ToolResult, TrackedCall
+from runner.stores import Effect
+from runner.stores.base import EffectState
+from runner.tools import ToolFailure, invoke
+
+logger = logging.getLogger(__name__)
 
 Run = Callable[[], Awaitable[ToolResult]]
-RunnerFactory = Callable[[DockerSpec | LocalProcessSpec], Runner]
 #: Errors a retry cannot fix, whatever the worker's `retryable` says.
 NEVER_RETRIED = frozenset({"INVALID_ARGUMENTS", "INVALID_REQUEST", "UNKNOWN_TOOL",
                            "UNSUPPORTED_VERSION", "PERMISSION_DENIED"})  # fmt: skip
-#: Set in a local worker's environment: the runner process that owns it (see sweep.py).
-OWNER_ENV = "AGENTS_RUNNER_OWNER"  # read by sweep.py
 
 
 def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
     """The runner an isolation spec names: its image in Docker, or its argv locally."""
-    from runner.isolation import ContainerLimits, DockerRunner, LocalProcessRunner
-
     if isinstance(spec, DockerSpec):
-        names = ("memory_bytes", "cpus", "pids", "tmpfs_bytes", "network")
-        overrides = {n: getattr(spec, n) for n in names if getattr(spec, n) is not None}
-        return DockerRunner(spec.image, ContainerLimits(**overrides))
-    from runner.isolation.containers import my_owner_token
+        return DockerRunner(spec.image, container_limits(spec))
+    return LocalProcessRunner(spec.argv, env={**spec.env, **owner_environment()})
 
-    return LocalProcessRunner(spec.argv, env={**spec.env, OWNER_ENV: my_owner_token()})
+
+def container_limits(spec: DockerSpec) -> ContainerLimits:
+    """ContainerLimits' safe defaults, with what the spec sets instead."""
+    d = ContainerLimits()
+    return dataclasses.replace(
+        d,
+        memory_bytes=d.memory_bytes if spec.memory_bytes is None else spec.memory_bytes,
+        cpus=d.cpus if spec.cpus is None else spec.cpus,
+        pids=d.pids if spec.pids is None else spec.pids,
+        tmpfs_bytes=d.tmpfs_bytes if spec.tmpfs_bytes is None else spec.tmpfs_bytes,
+        network=d.network if spec.network is None else spec.network,
+    )
 
 
 @dataclass
 class CallExecutor:
-    """Everything a call may need: the agent, the session, a cache and the runners;
-    `checkpoint` commits the session as it is now (the scheduler's fenced save)."""
+    """Runs the calls of one step of `session`, under `holder`'s lease: every checkpoint
+    and ledger row is written under its fence (stale: refused)."""
 
-    agent: Agent
+    rt: Runtime
     session: Session
-    cache: ToolCache | None
-    runner_factory: RunnerFactory
-    deployment_runner: Runner | None = None
-    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
-    ledger: EffectLedger | None = None
-    checkpoint: Callable[[], None] = lambda: None
-    #: The lease the ledger rows are written under (stale: refused, like the checkpoint).
-    fences: tuple[Lease, ...] = ()
+    holder: Holder
 
-    async def run(self, call: TrackedCall, disposition: Any) -> ToolResult:
+    async def run(self, call: TrackedCall, disposition: AnyDisposition) -> ToolResult:
         decorators, base = unwrap(disposition)
         run: Run = self._base(call, base)
         for decorator in reversed(decorators):
             run = self._wrap(decorator, run, call)
         return await run()
 
+    async def checkpoint(self) -> None:
+        """Commit the session as it is now."""
+        await self.rt.commit(self.session, self.holder)
+
     # --- decorators ------------------------------------------------------------------
 
-    def _wrap(self, decorator: Any, inner: Run, call: TrackedCall) -> Run:
+    def _wrap(self, decorator: AnyDecorator, inner: Run, call: TrackedCall) -> Run:
         match decorator:
             case Timeout(seconds=seconds):
                 return lambda: _with_timeout(inner, seconds)
@@ -106,50 +121,55 @@ class CallExecutor:
                 return lambda: _with_truncation(inner, max_bytes)
             case Label():
                 return inner  # set when the call was classified
-        raise TypeError(f"unknown decorator {decorator!r}")
+        raise TypeError(f"unknown decorator {decorator!r}")  # the union is closed
 
     async def _with_retries(
         self, inner: Run, call: TrackedCall, count: int, backoff_ms: int
     ) -> ToolResult:
+        clock = self.rt.clock
         if call.max_attempts is None:
             call.max_attempts = count + 1
         while True:
             if call.next_attempt_ms is not None:  # a backoff begun before a restart, too
-                await self.sleep(max(0.0, (call.next_attempt_ms - now_ms()) / 1000))
+                await clock.sleep(max(0.0, (call.next_attempt_ms - clock.now_ms()) / 1000))
             result = await inner()
             if not retryable(result) or call.attempts >= call.max_attempts:
                 call.next_attempt_ms = None
                 return result
             call.last_error = result
             delay_ms = backoff_ms * 2 ** (call.attempts - 1) * (0.5 + random.random())
-            call.next_attempt_ms = now_ms() + int(delay_ms)
-            self.checkpoint()
+            call.next_attempt_ms = clock.now_ms() + int(delay_ms)
+            logger.info("call %s of session %s: attempt %d failed (%s), retrying in %d ms",
+                        call.id, self.session.id, call.attempts, result.error_code,
+                        delay_ms)  # fmt: skip
+            await self.checkpoint()
             crash_point("retry.backoff")
 
     async def _with_cache(self, inner: Run, call: TrackedCall, ttl: float | None) -> ToolResult:
-        if self.cache is None:
+        cache, storage = self.rt.cache, self.rt.storage
+        if cache is None:
             return await inner()
-        hit = self.cache.get(call.tool, call.arguments)
+        hit = await storage.run(cache.get, call.tool, call.arguments)
         if hit is not None:
             return hit
         result = await inner()
         if result.status == "ok":
-            self.cache.put(call.tool, call.arguments, result, ttl)
+            await storage.run(cache.put, call.tool, call.arguments, result, ttl)
         return result
 
     # --- the call itself -------------------------------------------------------------
 
-    def _base(self, call: TrackedCall, base: Any) -> Run:
+    def _base(self, call: TrackedCall, base: BaseDisposition) -> Run:
         async def attempt() -> ToolResult:
-            if isinstance(base, RunIsolated) and (recorded := self._recorded(call)):
+            if isinstance(base, RunIsolated) and (recorded := await self._recorded(call)):
                 return recorded
             if call.max_attempts is not None and call.attempts >= call.max_attempts:
                 return call.last_error or ToolResult.error(
                     "RETRIES_EXHAUSTED", f"all {call.max_attempts} attempts were used"
                 )
             call.attempts += 1
-            self.checkpoint()  # counted before it starts: a restart never resets it
-            spec = self.agent.tool(call.tool)
+            await self.checkpoint()  # counted before it starts: a restart never resets it
+            spec = self.rt.agent.tool(call.tool)
             if spec is None:
                 return ToolResult.error("UNKNOWN_TOOL", f"the agent has no tool {call.tool!r}")
             try:
@@ -165,15 +185,40 @@ class CallExecutor:
                     f"{call.tool!r} is a {spec.kind} tool: it never runs in-process;"
                     " the policy must isolate or defer it",
                 )
-            return await _builtin(call, threaded=base.tag == "runAsync")
+            return await self._builtin(call)
 
         return attempt
 
-    def _recorded(self, call: TrackedCall) -> ToolResult | None:
+    async def _builtin(self, call: TrackedCall) -> ToolResult:
+        """A registered Python function: a synchronous one runs in a worker thread (both
+        runSync and runAsync), so a slow tool never stalls the event loop."""
+        function = self.rt.tools.lookup(call.tool)
+        if function is None:
+            return ToolResult.error("UNKNOWN_TOOL", f"no built-in tool {call.tool!r} is registered")
+        try:
+            value = await invoke(function, call.arguments)
+        except ToolFailure as exc:
+            return ToolResult.error("TOOL_FAILED", str(exc), exc.retryable)
+        except Exception as exc:  # a tool's bug is the call's failure, not the runtime's
+            logger.warning("built-in tool %s failed in call %s of session %s",
+                           call.tool, call.id, self.session.id, exc_info=True)  # fmt: skip
+            return ToolResult.error("INTERNAL", f"{type(exc).__name__}: {exc}")
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            return ToolResult.error(
+                "INTERNAL", f"the tool returned a {type(value).__name__}, not JSON"
+            )
+        return ToolResult.ok(value)
+
+    async def _recorded(self, call: TrackedCall) -> ToolResult | None:
         """What the ledger says of the call's latest attempt, when that settles it: its
         recorded result, or, for an attempt handed to a worker with external effects
         and never finished, UNKNOWN_OUTCOME. None: run a new attempt."""
-        effect = self.ledger.effect(call.idempotency_key) if self.ledger else None
+        ledger = self.rt.storage.durable
+        if ledger is None:
+            return None
+        effect = await self.rt.storage.run(ledger.effect, call.idempotency_key)
         if effect is None or call.attempts == 0 or effect.attempt != call.attempts:
             return None
         if effect.state == "completed" and effect.result is not None:
@@ -190,24 +235,33 @@ class CallExecutor:
             )
         return None  # requested only, contained, or abandoned by an operator: run again
 
-    def _record(self, call: TrackedCall, state: str, result: str | None = None) -> None:
-        if self.ledger is None:
+    async def _record(
+        self, call: TrackedCall, state: EffectState, result: str | None = None
+    ) -> None:
+        ledger = self.rt.storage.durable
+        if ledger is None:
             return
-        spec = self.agent.tool(call.tool)
-        self.ledger.record_effect(Effect(
-            call.idempotency_key, self.session.id, call.id, call.attempts,
-            spec.effects if spec else "external", state, result,
-        ), self.fences)  # fmt: skip
+        spec = self.rt.agent.tool(call.tool)
+        effect = Effect(call.idempotency_key, self.session.id, call.id, call.attempts,
+                        spec.effects if spec else "external", state, result)  # fmt: skip
+        await self.rt.storage.run(ledger.record_effect, effect, self.holder.fences)
 
     async def _isolated(self, call: TrackedCall, base: RunIsolated) -> ToolResult:
+        if self.rt.deployment_runner is not None:
+            return await self._isolated_on(self.rt.deployment_runner, call, base)
+        async with self.rt.runner_factory(base.spec) as runner:  # made for this call only
+            return await self._isolated_on(runner, call, base)
+
+    async def _isolated_on(
+        self, runner: Runner, call: TrackedCall, base: RunIsolated
+    ) -> ToolResult:
         spec = base.spec
-        runner = self.deployment_runner or self.runner_factory(spec)
         try:
             request = ToolCallRequest(
                 id=call.token,
                 tool=ToolRef(name=call.tool),
                 arguments=call.arguments,
-                deadline_ms=int((time.time() + spec.timeout_seconds) * 1000),
+                deadline_ms=int((time.time() + spec.timeout_seconds) * 1000),  # the worker's clock
                 limits=RequestLimits(max_result_bytes=spec.max_result_bytes),
                 context=CallContext(
                     session_id=self.session.id,
@@ -218,11 +272,11 @@ class CallExecutor:
             )
         except ValidationError as exc:
             return ToolResult.error("INVALID_ARGUMENTS", describe_validation_error(exc))
-        self._record(call, "requested")
+        await self._record(call, "requested")
         crash_point("ledger.requested")
-        self._record(call, "started")
+        await self._record(call, "started")
         outcome = await runner.call(request)
-        self._record(call, "completed", encode(outcome.result).decode())
+        await self._record(call, "completed", encode(outcome.result).decode())
         crash_point("ledger.completed")
         return from_outcome(outcome)
 
@@ -243,28 +297,6 @@ def from_envelope(result: ToolCallResult) -> ToolResult:
         return ToolResult.ok(content)
     assert result.error is not None
     return ToolResult.error(result.error.code, result.error.message, result.error.retryable)
-
-
-async def _builtin(call: TrackedCall, *, threaded: bool) -> ToolResult:
-    function = tools.lookup(call.tool)
-    if function is None:
-        return ToolResult.error("UNKNOWN_TOOL", f"no built-in tool {call.tool!r} is registered")
-    try:
-        if inspect.iscoroutinefunction(function):
-            value = await function(call.arguments)
-        elif threaded:
-            value = await anyio.to_thread.run_sync(function, call.arguments)
-        else:
-            value = function(call.arguments)
-    except tools.ToolFailure as exc:
-        return ToolResult.error("TOOL_FAILED", str(exc), exc.retryable)
-    except Exception as exc:  # a tool's bug is the call's failure, not the runtime's
-        return ToolResult.error("INTERNAL", f"{type(exc).__name__}: {exc}")
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return ToolResult.error("INTERNAL", f"the tool returned a {type(value).__name__}, not JSON")
-    return ToolResult.ok(value)
 
 
 async def _with_timeout(inner: Run, seconds: float) -> ToolResult:

@@ -8,7 +8,7 @@ without being released: the holder died), `unknown_outcome`, `expired` and `fail
 
 from __future__ import annotations
 
-from runner.session.models import Session
+from runner.state import Session
 from runner.stores.base import Lease
 
 CONDITIONS = ("running", "waiting", "stuck", "expired", "unknown_outcome", "quarantined",
@@ -16,7 +16,7 @@ CONDITIONS = ("running", "waiting", "stuck", "expired", "unknown_outcome", "quar
 
 
 def conditions(session: Session, lease: Lease | None, now_ms: int) -> list[str]:
-    found = [session.status]
+    found: list[str] = [session.status]
     if lease is not None and lease.owner and lease.expires_ms <= now_ms:
         found.append("stuck")
     states = {c.state for c in session.calls.values()}

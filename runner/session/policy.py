@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from runner.llm import RequestedCall
 
 
 class _Spec(BaseModel):
@@ -53,7 +55,8 @@ class Truncate(_Spec):
     max_bytes: Annotated[int, Field(alias="maxBytes", ge=1)]
 
 
-Decorator = Annotated[Timeout | Retries | Cache | Label | Truncate, Field(discriminator="tag")]
+AnyDecorator = Timeout | Retries | Cache | Label | Truncate
+Decorator = Annotated[AnyDecorator, Field(discriminator="tag")]
 
 
 # --- isolation specs -----------------------------------------------------------------
@@ -119,24 +122,32 @@ class Decorate(_Spec):
     inner: Disposition
 
 
-Disposition = Annotated[
-    RunSync | RunAsync | RunIsolated | Defer | Decorate, Field(discriminator="tag")
-]
+#: A disposition that is not a decorate: what finally runs (or waits) the call.
+BaseDisposition = RunSync | RunAsync | RunIsolated | Defer
+AnyDisposition = BaseDisposition | Decorate
+Disposition = Annotated[AnyDisposition, Field(discriminator="tag")]
 Decorate.model_rebuild()
-DISPOSITION = TypeAdapter(Disposition)
+DISPOSITION: TypeAdapter[AnyDisposition] = TypeAdapter(Disposition)
+#: Every disposition tag and decorator tag, from the unions that define them.
+DISPOSITION_TAGS: tuple[str, ...] = tuple(
+    get_args(t.model_fields["tag"].annotation)[0] for t in get_args(AnyDisposition)
+)
+DECORATOR_TAGS: tuple[str, ...] = tuple(
+    get_args(t.model_fields["tag"].annotation)[0] for t in get_args(AnyDecorator)
+)
 
 
-def to_json(disposition: Any) -> dict[str, Any]:
+def to_json(disposition: AnyDisposition) -> dict[str, Any]:
     return disposition.model_dump(mode="json", by_alias=True)
 
 
-def from_json(data: dict[str, Any]) -> Any:
+def from_json(data: dict[str, Any]) -> AnyDisposition:
     return DISPOSITION.validate_python(data)
 
 
-def unwrap(disposition: Any) -> tuple[list[Any], Any]:
+def unwrap(disposition: AnyDisposition) -> tuple[list[AnyDecorator], BaseDisposition]:
     """(decorators outermost first, the innermost non-decorate disposition)."""
-    decorators: list[Any] = []
+    decorators: list[AnyDecorator] = []
     while isinstance(disposition, Decorate):
         decorators.extend(disposition.decorators)
         disposition = disposition.inner
@@ -178,7 +189,7 @@ class PolicyConfig(_Spec):
     rules: list[Rule] = Field(default_factory=list)
     wrappers: list[Wrapper] = Field(default_factory=list)
 
-    def __call__(self, context: PolicyContext, call: Any) -> Any:
+    def __call__(self, context: PolicyContext, call: RequestedCall) -> AnyDisposition:
         chosen = next((r.disposition for r in self.rules if r.match.tool == call.name), None)
         disposition = chosen if chosen is not None else self.default
         decorators = [
@@ -194,4 +205,5 @@ def glob_matches(pattern: str, name: str) -> bool:
     return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), name) is not None
 
 
-Policy = Callable[[PolicyContext, Any], Any]
+#: What decides a call's disposition: PolicyConfig, or any function of this shape.
+Policy = Callable[[PolicyContext, RequestedCall], AnyDisposition]

@@ -60,8 +60,13 @@ def agent_document(log: Path, *, effects: str = "external", sleep_s: float | Non
 
 
 class Workspace:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, composite: bool = False) -> None:
         self.root, self.store, self.log = root, root / "state.db", root / "effects.log"
+        #: What --store says: the SQLite file, or a composite whose primary it is (in
+        #: front of a file store), which must fence exactly as the file alone does.
+        self.location = (
+            f"sqlite:{self.store},file:{root / 'files'}" if composite else str(self.store)
+        )
 
     def env(self, crash_at: str | None = None, lease_s: str = LEASE_S,
             barrier: str | None = None) -> dict[str, str]:  # fmt: skip
@@ -75,7 +80,7 @@ class Workspace:
 
     def cli(self, *args: str, crash_at: str | None = None, code: int | None = 0,
             lease_s: str = LEASE_S) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        done = subprocess.run([*CLI, *args, "--store", str(self.store)], capture_output=True,
+        done = subprocess.run([*CLI, *args, "--store", self.location], capture_output=True,
                               text=True, cwd=self.root, env=self.env(crash_at, lease_s),
                               timeout=120)  # fmt: skip
         if code is not None:
@@ -103,11 +108,13 @@ class Workspace:
 
     def popen(self, *args: str, lease_s: str = LEASE_S,
               barrier: str | None = None) -> subprocess.Popen[str]:  # fmt: skip
-        return subprocess.Popen([*CLI, *args, "--store", str(self.store)], cwd=self.root,
+        return subprocess.Popen([*CLI, *args, "--store", self.location], cwd=self.root,
                                 env=self.env(None, lease_s, barrier), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
 @pytest.fixture
-def ws(tmp_path) -> Workspace:
-    return Workspace(tmp_path)
+def ws(tmp_path, request) -> Workspace:
+    """A workspace; parametrize indirectly with "composite" to put the SQLite store in
+    front of a file store."""
+    return Workspace(tmp_path, composite=getattr(request, "param", None) == "composite")

@@ -97,6 +97,7 @@ def history(shown: dict) -> tuple[int, list, dict]:
     return shown["version"], shown["turns"], shown["calls"]
 
 
+@pytest.mark.parametrize("ws", ["sqlite", "composite"], indirect=True)
 def test_5_a_holder_paused_past_its_lease_changes_nothing_when_it_wakes(ws: Workspace):
     sid = ws.start(agent_document(ws.log, sleep_s=0.5))
     store = SQLiteStore(ws.store)

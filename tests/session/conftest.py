@@ -3,13 +3,14 @@ in-process tools registered under test names."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from runner import tools
 from runner.session import DurableAgent, parse_agent, with_durable_workflows
 from runner.stores import SQLiteStore
+from runner.tools import ToolFailure, ToolRegistry, default_tools
 
 OBJECT = {"type": "object"}
 
@@ -41,10 +42,15 @@ def store(tmp_path) -> SQLiteStore:
 
 
 @pytest.fixture
-def durable(store):
-    def build(document: dict, **options: Any) -> DurableAgent:
-        from dataclasses import replace
+def registry() -> ToolRegistry:
+    """This test's built-in tools: the defaults plus whatever the test adds."""
+    return default_tools()
 
+
+@pytest.fixture
+def durable(store, registry):
+    def build(document: dict, **options: Any) -> DurableAgent:
+        options.setdefault("tools", registry)
         return replace(with_durable_workflows(parse_agent(document), store), **options)
 
     return build
@@ -53,12 +59,13 @@ def durable(store):
 class Counter:
     """A registered tool that counts its calls and fails the first `failures` of them."""
 
-    def __init__(self, name: str, failures: int = 0, retryable: bool = True) -> None:
+    def __init__(self, registry: ToolRegistry, name: str, failures: int = 0,
+                 retryable: bool = True) -> None:  # fmt: skip
         self.name, self.failures, self.retryable, self.count = name, failures, retryable, 0
-        tools.register(name)(self)
+        registry.add(name, self)
 
     def __call__(self, arguments: dict) -> Any:
         self.count += 1
         if self.count <= self.failures:
-            raise tools.ToolFailure(f"failure {self.count}", retryable=self.retryable)
+            raise ToolFailure(f"failure {self.count}", retryable=self.retryable)
         return f"{self.name} #{self.count}"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import anyio
 import pytest
 
 from runner.session import SessionError, ToolResult
+from runner.state import ManualClock
 from runner.stores.base import Effect
 from tests.session.conftest import FINAL, agent_doc, calls
 
-SOON = {"tag": "defer", "reason": "r", "expiresAfterSeconds": 0.05}
+SOON = {"tag": "defer", "reason": "r", "expiresAfterSeconds": 60}
 EXPIRING = {"default": {"tag": "runSync"},
             "rules": [{"match": {"tool": "remote"}, "disposition": SOON}]}  # fmt: skip
 
@@ -17,15 +20,20 @@ EXPIRING = {"default": {"tag": "runSync"},
 def test_an_expired_deferred_call_is_named_for_the_model_and_late_results_do_not_revive(
     durable, store
 ):
+    clock = ManualClock()
     agent = durable(agent_doc([calls(("a", "remote")), {"text": "saw {{result:a}}"}],
-                              ["remote"], EXPIRING))  # fmt: skip
+                              ["remote"], EXPIRING), clock=clock)  # fmt: skip
     report = anyio.run(agent.run, "go")
     assert report.status == "waiting"
     token = report.session.calls["a"].token
-    anyio.run(anyio.sleep, 0.1)
+    clock.advance(59.9)
+    assert anyio.run(agent.resume, report.session.id).session.calls["a"].state == "deferred"
+    clock.advance(0.1)  # its minute is up
     final = anyio.run(agent.resume, report.session.id)
     assert final.session.calls["a"].state == "expired"
-    assert final.session.final_answer.startswith("saw [expired EXPIRED] no result arrived")
+    assert final.session.final_answer.startswith(
+        "saw [expired EXPIRED] no result arrived within 60s"
+    )
     late = anyio.run(agent.wake, report.session.id, [(token, ToolResult.ok("too late"))])
     assert late.late == (token,) and late.applied == ()
     assert store.load(report.session.id).calls["a"].state == "expired"
@@ -39,8 +47,6 @@ def test_an_older_session_schema_needs_migrate(durable, store):
     store.save(session)
     with pytest.raises(SessionError, match="session schema 1; this program uses 2"):
         anyio.run(agent.step, session.id)
-    from dataclasses import replace
-
     anyio.run(replace(agent, migrate=True).step, session.id)
     assert store.load(session.id).schema_version == 2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from runner.session import LlmTurn, PartialUserTurn, Session, ToolCall, ToolResult, TrackedCall
-from runner.session.models import ToolResultEntry, UserTurn, new_token
+from runner.state import ToolResultEntry, UserTurn, new_token
 
 
 def full_session() -> Session:

@@ -7,7 +7,6 @@ import sys
 import anyio
 import pytest
 
-from runner import tools
 from runner.session import SessionError, ToolResult, UnknownToken
 from runner.stores import SQLiteStore, VersionConflict
 from tests.conftest import MISBEHAVE
@@ -102,10 +101,10 @@ def test_unknown_tools_fail_without_running(durable):
     assert report.status == "completed"
 
 
-def test_max_concurrency_bounds_parallel_calls(durable):
+def test_max_concurrency_bounds_parallel_calls(durable, registry):
     running, peak = 0, 0
 
-    @tools.register("test_parallel")
+    @registry.register("test_parallel")
     async def parallel(arguments: dict) -> str:
         nonlocal running, peak
         running += 1
@@ -121,8 +120,8 @@ def test_max_concurrency_bounds_parallel_calls(durable):
     assert report.status == "completed" and peak == 2
 
 
-def test_yield_on_any_progress_returns_unfinished_calls_to_ready(durable):
-    @tools.register("test_wait")
+def test_yield_on_any_progress_returns_unfinished_calls_to_ready(durable, registry):
+    @registry.register("test_wait")
     async def wait(arguments: dict) -> str:
         await anyio.sleep(arguments["s"])
         return "ok"
@@ -141,8 +140,8 @@ def test_yield_on_any_progress_returns_unfinished_calls_to_ready(durable):
     assert report.status == "running"
 
 
-def test_yield_on_timeout_and_synchronous_mode_waits(durable):
-    Counter("test_quick")
+def test_yield_on_timeout_and_synchronous_mode_waits(durable, registry):
+    Counter(registry, "test_quick")
     doc = agent_doc([calls(("a", "test_quick")), {"text": "fin"}], ["test_quick"],
                     {"default": {"tag": "runAsync"}}, executionMode="asynchronous",
                     asyncYieldStrategy={"tag": "yieldOnTimeout", "milliseconds": 0})  # fmt: skip

@@ -1,0 +1,112 @@
+"""What happens to a session from outside its steps: results arriving by continuation
+token (`wake`), and an operator's retry, pause and cancel."""
+
+from __future__ import annotations
+
+from runner.session.gate import GateSettings, SessionError, open_session
+from runner.session.reports import WakeReport
+from runner.session.runtime import Runtime
+from runner.state import Session, ToolResult
+from runner.state.transitions import finish, move_call, set_status
+from runner.stores import Effect, SessionStore, VersionConflict
+
+#: How often `wake` re-reads and re-applies after losing a compare-and-set race.
+WAKE_ATTEMPTS = 5
+
+
+class UnknownToken(SessionError):
+    def __init__(self, token: str) -> None:
+        super().__init__(f"no call has the continuation token {token!r}")
+        self.token = token
+
+
+async def wake(
+    rt: Runtime, settings: GateSettings, session_id: str, results: list[tuple[str, ToolResult]]
+) -> WakeReport:
+    """Give open calls their results by token. A token whose call already ended is
+    reported (already completed, conflicting, or late), not applied; an unknown token
+    is an error and nothing is applied."""
+    storage = rt.storage
+    for _ in range(WAKE_ATTEMPTS):
+        async with open_session(rt, settings, session_id) as (session, holder):
+            if session.status == "cancelled":
+                raise SessionError(f"session {session_id} is cancelled")
+            if any(session.call_by_token(t) is None for t, _ in results):
+                # a call that ended before the last turn is not loaded: read them all
+                session = await storage.run(storage.store.with_history, session)
+            applied: list[str] = []
+            already: list[str] = []
+            conflicting: list[str] = []
+            late: list[str] = []
+            now = rt.clock.now_ms()
+            for token, result in results:
+                call = session.call_by_token(token)
+                if call is None:
+                    raise UnknownToken(token)
+                if call.state == "expired":
+                    late.append(token)
+                    if storage.durable is not None:
+                        await storage.run(storage.durable.record_late, token, session.id,
+                                          call.id, result)  # fmt: skip
+                elif call.terminal:
+                    (already if call.result == result else conflicting).append(token)
+                else:
+                    finish(call, result, now)
+                    applied.append(token)
+            reported = tuple(already), tuple(conflicting), tuple(late)
+            if not applied:
+                return WakeReport(session, (), *reported)
+            try:
+                await rt.settle_and_commit(session, holder)
+            except VersionConflict:
+                continue  # someone without a lease advanced it: re-read and re-apply
+            return WakeReport(session, tuple(applied), *reported)
+    raise SessionError(f"session {session_id} kept changing; wake gave up, try again")
+
+
+async def retry(
+    rt: Runtime, settings: GateSettings, session_id: str, token: str, *, force: bool
+) -> Session:
+    """Run an `unknown_outcome` call again: only with `force`, since its first attempt
+    may have had external effects."""
+    async with open_session(rt, settings, session_id) as (session, holder):
+        call = session.call_by_token(token)
+        if call is None:
+            raise UnknownToken(token)
+        if call.state != "unknown_outcome":
+            raise SessionError(f"call {call.id} is {call.state}; only a call in"
+                               " unknown_outcome can be retried")  # fmt: skip
+        if not force:
+            raise SessionError(
+                f"call {call.id} may already have had its external effects; give"
+                " --force to run it again anyway, or settle it with session complete/fail"
+            )
+        storage = rt.storage
+        if storage.durable is not None:
+            abandoned = Effect(call.idempotency_key, session.id, call.id, call.attempts,
+                               "external", "abandoned", None)  # fmt: skip
+            await storage.run(storage.durable.record_effect, abandoned, holder.fences)
+        move_call(call, "ready", rt.clock.now_ms())
+        call.result, call.next_attempt_ms = None, None
+        await rt.settle_and_commit(session, holder)
+        return session
+
+
+def pause(store: SessionStore, session_id: str) -> Session:
+    """Stop the session where it is (compare-and-set; no lease: an operator's word)."""
+    session = store.load(session_id, history=False)
+    if session.status in ("completed", "cancelled"):
+        raise SessionError(f"session {session_id} is {session.status}; nothing to pause")
+    set_status(session, "paused")
+    return store.save(session)
+
+
+def cancel(store: SessionStore, session_id: str, now_ms: int) -> Session:
+    """End the session and every call still open (compare-and-set, no lease)."""
+    session = store.load(session_id, history=False)
+    if session.status == "completed":
+        raise SessionError(f"session {session_id} is completed; nothing to cancel")
+    for call in session.open_calls():
+        finish(call, ToolResult(status="cancelled", content="cancelled by an operator"), now_ms)
+    set_status(session, "cancelled")
+    return store.save(session)

@@ -1,0 +1,124 @@
+"""The gate every advancing operation passes: hold the session's lease, then bring the
+session up to date before anything else touches it.
+
+Inside the lease, in order: quarantine a session whose holders keep dying (the lease
+counts takeovers in a row); after any takeover, sweep what the dead holder left running
+(in a thread: it scans /proc and asks the Docker engine); refuse an older session schema
+or a changed agent definition unless told to migrate or allow it; expire deferred calls
+whose time is up. Then the caller gets the session (only its recent part, see
+runner.state.Session) and the holder whose fence every commit carries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio.to_thread
+
+from runner.isolation import sweep_orphans
+from runner.session.agent import AgentError, parse_agent
+from runner.session.leases import Holder, hold
+from runner.session.runtime import Runtime
+from runner.state import SCHEMA_CHANGES, SESSION_SCHEMA_VERSION, Session, migrate
+from runner.state.transitions import expire_due, set_status
+
+logger = logging.getLogger(__name__)
+
+
+class SessionError(Exception):
+    """What was asked cannot be done to this session; the message says why."""
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """Who holds leases and for how long; what the gate lets through."""
+
+    owner: str
+    lease_s: float
+    #: How long to wait for someone else's lease (None: one lease period and a bit).
+    lease_wait_s: float | None = None
+    #: Holders that died in a row before a session is quarantined.
+    poison_after: int = 3
+    migrate: bool = False
+    allow_agent_change: bool = False
+
+
+@asynccontextmanager
+async def open_session(
+    rt: Runtime, settings: GateSettings, session_id: str, wait_s: float | None = None
+) -> AsyncIterator[tuple[Session, Holder]]:
+    storage = rt.storage
+    # A missing session is SessionNotFound, not a lease on nothing.
+    await storage.run(storage.store.load, session_id, history=False)
+    wait = wait_s if wait_s is not None else (settings.lease_wait_s or settings.lease_s + 5)
+    async with hold(storage, session_id, settings.owner, settings.lease_s, wait) as holder:
+        session = await storage.run(storage.store.load, session_id, history=False)
+        takeovers = holder.takeovers
+        if takeovers >= settings.poison_after and session.status in ("running", "waiting"):
+            set_status(session, "quarantined")
+            session.quarantine_reason = (
+                f"{takeovers} holders in a row died while advancing it; inspect it with"
+                " `session show`, then `session resume --unquarantine`"
+            )
+            logger.warning("session %s quarantined: %s", session_id, session.quarantine_reason)
+            await rt.commit(session, holder)
+        elif takeovers:
+            logger.info("took session %s over from a dead holder; sweeping orphans", session_id)
+            await anyio.to_thread.run_sync(sweep_orphans)
+        await _check_versions(rt, settings, session, holder)
+        if expire_due(session, rt.clock.now_ms()):
+            await rt.settle_and_commit(session, holder)
+        yield session, holder
+
+
+async def _check_versions(
+    rt: Runtime, settings: GateSettings, session: Session, holder: Holder
+) -> None:
+    if session.schema_version < SESSION_SCHEMA_VERSION:
+        if not settings.migrate:
+            changes = "; ".join(SCHEMA_CHANGES[v] for v in range(
+                session.schema_version + 1, SESSION_SCHEMA_VERSION + 1))  # fmt: skip
+            raise SessionError(
+                f"session {session.id} was written with session schema"
+                f" {session.schema_version}; this program uses {SESSION_SCHEMA_VERSION}"
+                f" ({changes}); give --migrate to upgrade it"
+            )
+        session.schema_version = migrate(session).schema_version
+        await rt.commit(session, holder)
+    changed = await _agent_changes(rt, session)
+    if changed:
+        if not settings.allow_agent_change:
+            raise SessionError(
+                f"session {session.id} started with a different agent definition"
+                f" ({changed}); give --allow-agent-change to continue with this one"
+            )
+        store = rt.storage.store
+        await rt.storage.run(store.put_agent, rt.agent.hash, rt.agent.to_document())
+        session.agent_hash = rt.agent.hash
+        await rt.commit(session, holder)
+
+
+async def _agent_changes(rt: Runtime, session: Session) -> str | None:
+    """What differs between the session's stored agent and this one (its execution
+    mode aside: commands may choose it), or None."""
+    if session.agent_hash == rt.agent.hash:
+        return None
+    document = await rt.storage.run(rt.storage.store.agent_document, session.agent_hash)
+    try:
+        stored = parse_agent(document, "stored agent")
+    except AgentError as exc:
+        return f"the stored definition no longer parses: {exc}"
+    old = stored.with_mode("synchronous").to_document()
+    new = rt.agent.with_mode("synchronous").to_document()
+    if old == new:
+        return None
+    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if "tools" in keys:
+        before = {t["name"]: t for t in old["tools"]}
+        after = {t["name"]: t for t in new["tools"]}
+        tools = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+        keys[keys.index("tools")] = f"tools: {', '.join(tools)}"
+    return "changed: " + "; ".join(keys)

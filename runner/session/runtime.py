@@ -1,0 +1,51 @@
+"""What the engine runs with, gathered once per operation: the agent, its store (as
+Storage), the LLM, the policy, the tools, the runners and the clock.
+
+`DurableAgent` (scheduler.py) builds one for each public call; the gate, the stepper and
+the operator commands all take it. `settle_and_commit` is the one place that folds a
+finished turn, sets the status from the calls, and commits under the lease's fence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runner.isolation import Runner
+from runner.llm import LLM
+from runner.session.agent import Agent
+from runner.session.leases import Holder
+from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
+from runner.session.storage import Storage
+from runner.state import Clock, Session
+from runner.state.transitions import settle
+from runner.stores import ToolCache
+from runner.tools import ToolRegistry
+
+RunnerFactory = Callable[[DockerSpec | LocalProcessSpec], Runner]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    agent: Agent
+    storage: Storage
+    llm: LLM
+    policy: Policy
+    tools: ToolRegistry
+    clock: Clock
+    runner_factory: RunnerFactory
+    deployment_runner: Runner | None = None
+    cache: ToolCache | None = None
+
+    async def commit(self, session: Session, holder: Holder) -> None:
+        """Save under the lease's fence; the session takes the new version."""
+        storage = self.storage
+        if storage.durable is not None:
+            stored = await storage.run(storage.durable.save, session, holder.fences)
+        else:
+            stored = await storage.run(storage.store.save, session)
+        session.version, session.updated_ms = stored.version, stored.updated_ms
+
+    async def settle_and_commit(self, session: Session, holder: Holder) -> None:
+        settle(session)
+        await self.commit(session, holder)
