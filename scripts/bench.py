@@ -339,7 +339,7 @@ async def bench_sessions(report: Report, directory: Path, samples: int = 30) -> 
         # One step's checkpoint, as the scheduler makes it: load the session, change a
         # call (as a step does when it runs or finishes one), compare-and-set save.
         saves[turns] = []
-        session = store.load(session_id)
+        session = store.load(session_id, history=False)  # what the scheduler loads
         (waiting,) = session.open_calls()
         for n in range(samples):
             waiting.updated_ms = n

@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -170,8 +170,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _terminal_ids(session: Session) -> frozenset[str]:
-    return frozenset(c.id for c in session.calls.values() if c.terminal)
+def _terminal_ids(calls: Iterable[TrackedCall]) -> set[str]:
+    return {c.id for c in calls if c.terminal}
 
 
 class _Connection:
@@ -222,9 +222,11 @@ class SQLiteStore(DurableStore):
     ) -> None:
         self.path = Path(path)
         self.description = f"SQLite store {self.path}"
-        #: Per session: (version, ids of the calls stored as terminal at that version), so
-        #: a save rewrites no settled call. Bounded; a miss only costs rewriting them.
-        self._settled: OrderedDict[str, tuple[int, frozenset[str]]] = OrderedDict()
+        #: Per session: ids of calls known to be stored as terminal, so a save rewrites no
+        #: settled call. A terminal call never changes again (see runner.state.transitions)
+        #: and the store never deletes one, so this only grows. Bounded by session; a miss
+        #: only costs rewriting those calls once.
+        self._settled: OrderedDict[str, set[str]] = OrderedDict()
         self._settled_lock = threading.Lock()
         self._leases: _Connection | None = None
         try:
@@ -254,17 +256,20 @@ class SQLiteStore(DurableStore):
     def _transaction(self) -> Any:
         return self._data.transaction()
 
-    def _remember(self, session_id: str, version: int, settled: frozenset[str]) -> None:
+    def _remember(self, session_id: str, settled: Iterable[str]) -> None:
+        """Note calls now known to be stored as terminal (after a read or a commit)."""
         with self._settled_lock:
-            self._settled[session_id] = (version, settled)
+            known = self._settled.setdefault(session_id, set())
+            known.update(settled)
             self._settled.move_to_end(session_id)
             while len(self._settled) > SETTLED_CACHE_SIZE:
                 self._settled.popitem(last=False)
 
-    def _known_settled(self, session: Session) -> frozenset[str]:
+    def _unsettled(self, session: Session) -> builtins.list[TrackedCall]:
+        """The session's calls not known to be stored as terminal: what a save writes."""
         with self._settled_lock:
-            version, settled = self._settled.get(session.id, (None, frozenset()))
-        return settled if version == session.version else frozenset()
+            known = self._settled.get(session.id, set())
+            return [c for c in session.calls.values() if c.id not in known]
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -311,8 +316,8 @@ class SQLiteStore(DurableStore):
                 )  # fmt: skip
             except sqlite3.IntegrityError:
                 raise StoreError(f"session {session.id} already exists") from None
-            self._write_rows(db, stored, 0, frozenset())
-        self._remember(stored.id, stored.version, _terminal_ids(stored))
+            self._write_rows(db, stored, 0, list(stored.calls.values()))
+        self._remember(stored.id, _terminal_ids(stored.calls.values()))
         return stored
 
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
@@ -356,8 +361,7 @@ class SQLiteStore(DurableStore):
                 raise StoreError(f"cannot read session {session_id}: {exc}") from None
         session = session.model_copy(update={
             "version": version, "first_turn": first, "turns": turns, "calls": calls})  # fmt: skip
-        known = self._known_settled(session) if not history else frozenset()
-        self._remember(session_id, version, known | _terminal_ids(session))
+        self._remember(session_id, _terminal_ids(session.calls.values()))
         return session
 
     def with_history(self, session: Session) -> Session:
@@ -384,8 +388,7 @@ class SQLiteStore(DurableStore):
         if len(earlier) != session.first_turn:
             raise StoreError(f"session {session.id}: {len(earlier)} of its first"
                              f" {session.first_turn} turns are stored")  # fmt: skip
-        self._remember(session.id, session.version,
-                       self._known_settled(session) | settled.keys())  # fmt: skip
+        self._remember(session.id, settled.keys())
         calls = {**{k: c for k, c in settled.items() if k not in session.calls}, **session.calls}
         ordered = dict(sorted(calls.items(), key=lambda item: item[1].turn))
         return session.model_copy(update={
@@ -402,7 +405,7 @@ class SQLiteStore(DurableStore):
         """One transaction: the compare-and-set on the header, then the new rows."""
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": _now_ms()})  # fmt: skip
-        settled = self._known_settled(session)
+        calls = self._unsettled(session)
         with self._transaction() as db:
             self._check_fences(db, fences)
             row = db.execute(
@@ -421,17 +424,19 @@ class SQLiteStore(DurableStore):
                  stored.turn_count, session.id),
             )  # fmt: skip
             # The last stored turn may have been replaced (a partial turn folds).
-            self._write_rows(db, stored, max(row[1] - 1, stored.first_turn), settled)
-        self._remember(stored.id, stored.version, settled | _terminal_ids(stored))
+            self._write_rows(db, stored, max(row[1] - 1, stored.first_turn), calls)
+        self._remember(stored.id, _terminal_ids(calls))
         return stored
 
     def _write_rows(
-        self, db: sqlite3.Connection, session: Session, first: int, settled: frozenset[str]
+        self,
+        db: sqlite3.Connection,
+        session: Session,
+        first: int,
+        calls: builtins.list[TrackedCall],
     ) -> None:
-        """Inside the transaction: the turns from index `first` on, the calls not stored
-        as terminal (`settled`), and their tokens."""
+        """Inside the transaction: the turns from index `first` on, `calls`, their tokens."""
         turns = session.turns[first - session.first_turn :]
-        calls = [c for c in session.calls.values() if c.id not in settled]
         db.execute(
             "DELETE FROM session_turns WHERE session_id = ? AND idx >= ?",
             (session.id, first + len(turns)),
