@@ -16,7 +16,7 @@ A runner owns what it opened (a Docker client, say) and releases it in `aclose()
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
@@ -30,6 +30,7 @@ from runner.isolation.outcome import (
     refused_outcome,
 )
 from runner.isolation.outcome import describe_outcome as _describe_outcome
+from runner.lifecycle import AsyncClosing
 
 #: Cap on a DescribeResult document.
 DESCRIBE_MAX_BYTES = 1024 * 1024
@@ -67,24 +68,13 @@ class RunnerClosed(RuntimeError):
     """A call was made on a runner (or pool) after it was closed: the caller's fault."""
 
 
-class ExchangeRunner(ABC):
+class ExchangeRunner(AsyncClosing):
     """Shared `call`/`describe` for runners that implement `exchange`, and `async with`
     support on top of `aclose` (which holds nothing by default)."""
 
     async def aclose(self) -> None:
         """Release what this runner owns; nothing, unless a subclass says otherwise."""
         return
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     @abstractmethod
     async def exchange(

@@ -23,12 +23,12 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from types import TracebackType
 from typing import Any, Literal, Self
 
 import anyio
 import httpx
 
+from runner.lifecycle import AsyncClosing
 from runner.llm.base import (
     LLMClosedError,
     LLMError,
@@ -50,7 +50,7 @@ Sleep = Callable[[float], Awaitable[None]]
 ClientState = Literal["new", "open", "closed"]
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(AsyncClosing):
     def __init__(
         self,
         base_url: str,
@@ -92,14 +92,6 @@ class OpenAICompatibleLLM:
     async def __aenter__(self) -> Self:
         self._open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the connection pool; later requests are refused. Idempotent."""

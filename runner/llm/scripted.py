@@ -9,30 +9,19 @@ lets a scripted final answer quote what the tools really returned.
 from __future__ import annotations
 
 import re
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
+from runner.lifecycle import AsyncClosing
 from runner.llm.base import LLMError, LLMRequest, LLMResponse, RequestedCall
 
 _PLACEHOLDER = re.compile(r"\{\{result:([A-Za-z0-9_.:-]+)\}\}")
 
 
-class ScriptedLLM:
+class ScriptedLLM(AsyncClosing):
     """Replays `responses`; raises ValueError at construction for a malformed script."""
 
     def __init__(self, responses: list[dict[str, Any]]) -> None:
         self.responses = [_check(i, r) for i, r in enumerate(responses)]
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Nothing to release: a script holds no connection."""
