@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 
+import anyio.to_thread
+
 from runner.isolation import Runner
 from runner.llm import LLM, LLMRequest, provider_for
 from runner.session import commands, stepper
@@ -90,11 +92,6 @@ class DurableAgent:
             logger.info("%s cannot fence: sessions are safe only while this one process"
                         " advances them", self.store.description)  # fmt: skip
 
-    @property
-    def durable_store(self) -> DurableStore:
-        """The store as a DurableStore; StoreCapabilityError if it is not one."""
-        return require_durable(self.store, "this operation")
-
     # --- sessions ----------------------------------------------------------------------
 
     def start(self, prompt: str) -> Session:
@@ -103,9 +100,7 @@ class DurableAgent:
 
     async def run(self, prompt: str) -> StepReport:
         """Start a session and resume it to the final answer or the first wait."""
-        session = Session.start(self.agent.slug, self.agent.hash, prompt)
-        async with self._runtime() as rt:
-            created = await rt.storage.run(self.store.create, session, self.agent.to_document())
+        created = await anyio.to_thread.run_sync(self.start, prompt)
         return await self.resume(created.id)
 
     async def resume(
@@ -136,7 +131,7 @@ class DurableAgent:
     async def work(self, session_id: str) -> StepReport:
         """What a worker daemon does with a due session: take its lease without waiting
         (LeaseBusy if someone has it), run its detached calls, resume it."""
-        self.durable_store  # noqa: B018  a worker without fencing is refused here
+        require_durable(self.store, "this operation")  # a worker never runs unfenced
         async with self._runtime() as rt, self._open(rt, session_id, 0) as (session, holder):
             detached = await stepper.run_detached(rt, session, holder)
             report = await stepper.resume(rt, detached.session, holder)

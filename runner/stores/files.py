@@ -111,13 +111,7 @@ class FileSessionStore(SessionStore):
         return self._read(path)
 
     def with_history(self, session: Session) -> Session:
-        if session.has_history:
-            return session
-        stored = self.load(session.id)
-        earlier = stored.turns[: session.first_turn]
-        calls = {k: c for k, c in stored.calls.items() if c.terminal and k not in session.calls}
-        return session.model_copy(update={"first_turn": 0, "turns": [*earlier, *session.turns],
-                                          "calls": {**calls, **session.calls}})  # fmt: skip
+        return session if session.has_history else _merged(self.load(session.id), session)
 
     def save(self, session: Session) -> Session:
         stored = session.model_copy(update={"version": session.version + 1, "updated_ms": now_ms()})
@@ -126,7 +120,7 @@ class FileSessionStore(SessionStore):
             if current.version != session.version:
                 raise VersionConflict(session.id, session.version, current.version)
             if not stored.has_history:  # only the recent part came back: keep the rest
-                stored = self.with_history(stored)
+                stored = _merged(current, stored)
             self._index_tokens(stored)  # tokens first: a token never points nowhere
             self._write(self._path("sessions", session.id), stored.to_json())
         return stored
@@ -164,3 +158,11 @@ class FileSessionStore(SessionStore):
         except FileNotFoundError:
             return None
         return Continuation(token, session_id, call_id)
+
+
+def _merged(whole: Session, recent: Session) -> Session:
+    """`recent` (a history=False part) with the earlier turns and ended calls of `whole`."""
+    earlier = whole.turns[: recent.first_turn]
+    calls = {k: c for k, c in whole.calls.items() if c.terminal and k not in recent.calls}
+    return recent.model_copy(update={"first_turn": 0, "turns": [*earlier, *recent.turns],
+                                     "calls": {**calls, **recent.calls}})  # fmt: skip

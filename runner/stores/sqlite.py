@@ -25,7 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -253,7 +253,7 @@ class SQLiteStore(DurableStore):
         assert self._leases is not None, "opened in __init__"
         return self._leases
 
-    def _transaction(self) -> Any:
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._data.transaction()
 
     def _remember(self, session_id: str, settled: Iterable[str]) -> None:
