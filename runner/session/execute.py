@@ -71,7 +71,7 @@ def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
     """The runner an isolation spec names: its image in Docker, or its argv locally."""
     if isinstance(spec, DockerSpec):
         return DockerRunner(spec.image, container_limits(spec))
-    return LocalProcessRunner(spec.argv, env={**spec.env, **owner_environment()})
+    return LocalProcessRunner(spec.command, env={**spec.env, **owner_environment()})
 
 
 def container_limits(spec: DockerSpec) -> ContainerLimits:

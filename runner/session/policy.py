@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from runner.llm import RequestedCall
 
@@ -38,11 +38,21 @@ class Retries(_Spec):
     backoff_ms: Annotated[int, Field(alias="backoffMs", ge=0, le=600_000)] = 200
 
 
+class CacheKey(_Spec):
+    """agents-exe's explicit cache key: calls sharing one share one cached result."""
+
+    tool_name: Annotated[str, Field(alias="toolName", min_length=1, max_length=200)]
+    arguments_hash: Annotated[str, Field(alias="argumentsHash", min_length=1, max_length=200)]
+
+
 class Cache(_Spec):
-    """Reuse an ok result of the same tool with the same canonical arguments."""
+    """Reuse an ok result of the same tool with the same canonical arguments, or, with
+    `key` (a string, or agents-exe's {"toolName", "argumentsHash"}), of any call that
+    names the same key."""
 
     tag: Literal["cache"] = "cache"
     ttl_seconds: Annotated[float | None, Field(alias="ttlSeconds", gt=0)] = None
+    key: Annotated[str, Field(min_length=1, max_length=400)] | CacheKey | None = None
 
 
 class Label(_Spec):
@@ -67,6 +77,7 @@ class DockerSpec(_Spec):
 
     tag: Literal["docker"] = "docker"
     image: Annotated[str, Field(min_length=1)]
+    envelope: EnvelopeDialect = "v1"
     memory_bytes: Annotated[int | None, Field(alias="memoryBytes", ge=6 * 1024 * 1024)] = None
     cpus: Annotated[float | None, Field(gt=0, le=256)] = None
     pids: Annotated[int | None, Field(ge=1)] = None
@@ -77,16 +88,32 @@ class DockerSpec(_Spec):
 
 
 class LocalProcessSpec(_Spec):
-    """Run `argv` as a local worker process (trusted workers only: not a sandbox)."""
+    """Run `argv`, or agents-exe's `path` (run with no arguments), as a local worker
+    process (trusted workers only: not a sandbox)."""
 
     tag: Literal["localProcess"] = "localProcess"
-    argv: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    argv: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    path: Annotated[str, Field(min_length=1)] | None = None
+    envelope: EnvelopeDialect = "v1"
     env: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
     max_result_bytes: Annotated[int, Field(alias="maxResultBytes", ge=1)] = 1024 * 1024
 
+    @model_validator(mode="after")
+    def _one_command(self) -> LocalProcessSpec:
+        if (self.argv is None) == (self.path is None):
+            raise ValueError("a localProcess spec needs exactly one of `argv` or `path`")
+        return self
+
+    @property
+    def command(self) -> list[str]:
+        """What is executed: `argv`, or `path` alone."""
+        return list(self.argv) if self.argv is not None else [self.path or ""]
+
 
 IsolationSpec = Annotated[DockerSpec | LocalProcessSpec, Field(discriminator="tag")]
+#: The envelope a worker speaks: agents-runner's v1 (the default) or agents-exe's own.
+EnvelopeDialect = Literal["v1", "agents-exe"]
 
 
 # --- dispositions --------------------------------------------------------------------
@@ -170,17 +197,33 @@ class ToolMatch(_Spec):
     tool: Annotated[str, Field(min_length=1)]
 
 
+class WrapperMatch(_Spec):
+    #: A `*` glob; without one the wrapper applies to every call (as in agents-exe).
+    tool: Annotated[str, Field(min_length=1)] | None = None
+
+
 class Rule(_Spec):
-    """Matches on the exact tool name."""
+    """Matches on the exact tool name: `{"tool": NAME, "disposition": D}` (agents-exe's
+    form) or `{"match": {"tool": NAME}, "disposition": D}`."""
 
     match: ToolMatch
     disposition: Disposition
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agents_exe_form(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tool" in data:
+            if "match" in data:
+                raise ValueError("give the tool as `tool` or as `match.tool`, not both")
+            data = {**data, "match": {"tool": data["tool"]}}
+            del data["tool"]
+        return data
 
 
 class Wrapper(_Spec):
     """Adds decorators around whatever disposition a tool gets; `*` globs in `tool`."""
 
-    match: ToolMatch
+    match: WrapperMatch = Field(default_factory=WrapperMatch)
     decorators: Annotated[list[Decorator], Field(min_length=1)]
 
 
@@ -193,7 +236,10 @@ class PolicyConfig(_Spec):
         chosen = next((r.disposition for r in self.rules if r.match.tool == call.name), None)
         disposition = chosen if chosen is not None else self.default
         decorators = [
-            d for w in self.wrappers if glob_matches(w.match.tool, call.name) for d in w.decorators
+            d
+            for w in self.wrappers
+            if w.match.tool is None or glob_matches(w.match.tool, call.name)
+            for d in w.decorators
         ]
         if decorators:
             return Decorate(decorators=decorators, inner=disposition)
