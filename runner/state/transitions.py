@@ -111,11 +111,18 @@ def finish(call: TrackedCall, result: ToolResult, now_ms: int) -> None:
     call.result = result
 
 
+def overdue(session: Session, now_ms: int) -> list[TrackedCall]:
+    """Deferred calls whose expiry has passed: expired by time, whether or not a
+    process has recorded it yet (what `show`, `list` and `pending` report)."""
+    return [c for c in session.open_calls() if c.state == "deferred"
+            and c.expires_ms is not None and c.expires_ms <= now_ms]  # fmt: skip
+
+
 def expire_due(session: Session, now_ms: int) -> bool:
     """Move deferred calls whose expiry has passed to `expired`; True if any moved."""
     moved = False
-    for call in session.open_calls():
-        if call.state == "deferred" and call.expires_ms is not None and call.expires_ms <= now_ms:
+    for call in overdue(session, now_ms):
+        if call.expires_ms is not None:
             waited = (call.expires_ms - call.created_ms) / 1000
             finish(call, ToolResult(status="expired", error_code="EXPIRED", content=(
                 f"no result arrived within {waited:g}s; the deferred call ({call.defer_reason})"
