@@ -2,9 +2,12 @@
 
 Importable on its own (pydantic only). `v1` holds the models and codes, `wire` the strict
 JSON parser, `codec` bytes-to-envelope for both sides, `worker` a small SDK for Python
-workers, and `schemas/1.0/` the published JSON Schemas.
+workers, and `schemas/1.0/` the published JSON Schemas. `agents_exe` is agents-exe's
+isolation envelope and UserToolResponse, for workers written for agents-exe (the
+compatibility mode of docs/envelope-v1.md, section 10).
 """
 
+from envelopes import agents_exe
 from envelopes.codec import (
     MalformedOutput,
     RequestError,
@@ -65,6 +68,7 @@ __all__ = [
     "WireError",
     "WorkerErrorCode",
     "WorkerInfo",
+    "agents_exe",
     "decode_describe_result",
     "decode_request",
     "decode_result",

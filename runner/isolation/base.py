@@ -7,7 +7,9 @@ envelope carries the runner's own code. It raises only for the caller's own faul
 A runner knows nothing of sessions, policies or stores.
 
 Runners are built on `exchange()`: write one payload to a fresh worker, read what comes
-back under caps and a deadline, clean up. `call()` and `describe()` are shared on top.
+back under caps and a deadline, clean up. `call()` and `describe()` are shared on top,
+in the runner's `dialect` (the envelope its workers speak: v1 unless it was made with
+another, see dialect.py); the protections are the same whatever the dialect.
 
 A runner owns what it opened (a Docker client, say) and releases it in `aclose()`, which
 `async with runner:` calls on the way out; a runner that holds nothing closes trivially.
@@ -22,6 +24,7 @@ from typing import Protocol, Self, runtime_checkable
 
 from envelopes import codec
 from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
+from runner.isolation.dialect import V1_DIALECT, Dialect, UnsupportedExchange
 from runner.isolation.outcome import (
     CallOutcome,
     DescribeOutcome,
@@ -76,6 +79,11 @@ class ExchangeRunner(AsyncClosing):
         """Release what this runner owns; nothing, unless a subclass says otherwise."""
         return
 
+    @property
+    def dialect(self) -> Dialect:
+        """The envelope this runner's workers speak: v1, unless made for another."""
+        return V1_DIALECT
+
     @abstractmethod
     async def exchange(
         self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
@@ -86,7 +94,15 @@ class ExchangeRunner(AsyncClosing):
         logs and labels."""
 
     async def call(self, request: ToolCallRequest) -> CallOutcome:
-        payload = codec.encode(request)
+        dialect = self.dialect
+        try:
+            payload = dialect.encode(request)
+        except ValueError as exc:
+            return refused_outcome(
+                request,
+                "INVALID_REQUEST",
+                f"the request has no {dialect.name} envelope: {exc}; no worker was started",
+            )
         if len(payload) > MAX_REQUEST_BYTES:  # no worker may be asked to read past its cap
             return refused_outcome(
                 request,
@@ -97,9 +113,16 @@ class ExchangeRunner(AsyncClosing):
         exchanged = await self.exchange(
             payload, request.deadline_ms, request.limits.max_result_bytes, request.id
         )
-        return call_outcome(request, exchanged)
+        if dialect is not V1_DIALECT:
+            exchanged.runner_info["envelope"] = dialect.name
+        return call_outcome(request, exchanged, dialect)
 
     async def describe(self, timeout_s: float = 30.0) -> DescribeOutcome:
+        """The worker's DescribeResult; UnsupportedExchange for a dialect without one."""
+        if not self.dialect.describes:
+            raise UnsupportedExchange(
+                f"workers speaking the {self.dialect.name} envelope have no describe exchange"
+            )
         deadline_ms = int((time.time() + timeout_s) * 1000)
         exchanged = await self.exchange(
             codec.encode(DescribeRequest()), deadline_ms, DESCRIBE_MAX_BYTES, "describe"

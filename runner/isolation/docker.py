@@ -38,8 +38,10 @@ import docker.errors
 import requests.exceptions
 from docker.types import LogConfig, Ulimit
 
+from envelopes.agents_exe import docker_policy
 from runner.isolation.base import ExchangeRunner, RunnerClosed, seconds_until
 from runner.isolation.containers import labels_for, sweep
+from runner.isolation.dialect import Dialect, EnvelopeName, dialect_for
 from runner.isolation.outcome import Exchange, Intervention, TailBuffer
 
 logger = logging.getLogger(__name__)
@@ -141,10 +143,14 @@ class DockerRunner(ExchangeRunner):
         *,
         command: list[str] | None = None,
         api: docker.APIClient | None = None,
+        envelope: EnvelopeName = "v1",
     ) -> None:
         self.image = image
         self.limits = limits or ContainerLimits()
         self.command = command
+        #: The envelope the worker speaks (see dialect.py).
+        self.envelope = envelope
+        self._dialect = dialect_for(envelope, docker_policy(image))
         self._api = api
         self._owns_api = api is None
         self._closed = False
@@ -174,6 +180,10 @@ class DockerRunner(ExchangeRunner):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._dialect
 
     async def exchange(
         self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.to_thread
 
+from envelopes.agents_exe import local_process_policy
 from runner.isolation.base import ExchangeRunner, seconds_until
+from runner.isolation.dialect import ENVELOPES, Dialect, EnvelopeName, dialect_for
 from runner.isolation.outcome import Exchange, Intervention, TailBuffer
 
 logger = logging.getLogger(__name__)
@@ -82,10 +84,21 @@ class LocalProcessRunner(ExchangeRunner):
     env_allow: Sequence[str] = ()
     #: Variables set explicitly for the worker.
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The envelope the worker speaks (see dialect.py).
+    envelope: EnvelopeName = "v1"
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and a for a in self.argv):
             raise ValueError("LocalProcessRunner needs a non-empty argv of non-empty strings")
+        if self.envelope not in ENVELOPES:
+            raise ValueError(
+                f"LocalProcessRunner: unknown envelope {self.envelope!r};"
+                f" expected one of {', '.join(ENVELOPES)}"
+            )
+
+    @property
+    def dialect(self) -> Dialect:
+        return dialect_for(self.envelope, local_process_policy(self.argv[0]))
 
     def command(self) -> list[str]:
         """argv with a relative program path made absolute: the worker starts in a fresh

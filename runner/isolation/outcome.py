@@ -3,7 +3,9 @@
 A runner only moves bytes and watches a process or container: it reports an `Exchange`
 (exit status, the bytes it read with caps, and whether it had to intervene). Turning that
 into a result envelope is the same for every runner, so it lives here once:
-`call_outcome()` for tool calls, `describe_outcome()` for the describe exchange.
+`call_outcome()` for tool calls, `describe_outcome()` for the describe exchange. It is the
+same for every envelope too: the dialect (dialect.py) only decodes stdout and says which
+exit statuses it defines.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from envelopes.v1 import (
     ToolCallRequest,
     ToolCallResult,
 )
+from runner.isolation.dialect import V1_DIALECT, Dialect
 
 #: How much of the worker's stderr an outcome keeps (the end, where errors are).
 STDERR_TAIL_BYTES = 64 * 1024
@@ -167,24 +170,27 @@ def _intervention_error(ex: Exchange, limit_hint: str) -> tuple[RunnerErrorCode,
     return None
 
 
-def _crash_message(ex: Exchange) -> str | None:
+def _crash_message(ex: Exchange, dialect: Dialect = V1_DIALECT) -> str | None:
     """Why the process end itself says the worker crashed, else None."""
     if ex.signal is not None:
         return f"the worker was killed by {_signal_name(ex.signal)}"
-    if ex.exit_code not in (0, 1):
-        return f"the worker exited with status {ex.exit_code} (only 0 and 1 are defined)"
+    if ex.exit_code not in dialect.exit_statuses:
+        return f"the worker exited with status {ex.exit_code} ({dialect.exit_rule})"
     return None
 
 
-def call_outcome(request: ToolCallRequest, ex: Exchange) -> CallOutcome:
+def call_outcome(
+    request: ToolCallRequest, ex: Exchange, dialect: Dialect = V1_DIALECT
+) -> CallOutcome:
     """Classify an exchange for a ToolCallRequest; the first matching rule wins:
-    the runner's intervention, a crash (signal or exit status not 0/1), output that is
-    not one valid result for this request, then the exit-code rule (0 = ok, 1 = error).
+    the runner's intervention, a crash (signal, or an exit status the dialect does not
+    define: v1 has 0 and 1), output that is not one valid result for this request in the
+    dialect's envelope, then the exit-code rule (v1: 0 = ok, 1 = error).
     """
     limit = f"max_result_bytes={request.limits.max_result_bytes}"
     result: ToolCallResult
     intervention = _intervention_error(ex, limit)
-    crash = _crash_message(ex)
+    crash = _crash_message(ex, dialect)
     if intervention is not None:
         result = _runner_error(request.id, request.version, *intervention)
     elif crash is not None:
@@ -198,11 +204,11 @@ def call_outcome(request: ToolCallRequest, ex: Exchange) -> CallOutcome:
         )
     else:
         try:
-            result = codec.decode_result(ex.stdout, request)
+            result = dialect.decode(ex.stdout, request)
         except codec.MalformedOutput as exc:
             result = _runner_error(request.id, request.version, "MALFORMED_OUTPUT", str(exc))
         else:
-            expected_exit = 0 if result.status == "ok" else 1
+            expected_exit = dialect.expected_exit(result)
             if ex.exit_code != expected_exit:
                 result = _runner_error(
                     request.id,

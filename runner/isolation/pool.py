@@ -45,6 +45,7 @@ from anyio.abc import TaskGroup
 from requests.exceptions import RequestException
 
 from runner.isolation.base import ExchangeRunner, Runner, RunnerClosed, seconds_until
+from runner.isolation.dialect import Dialect
 from runner.isolation.docker import DockerRunner, Started, StartFailed
 from runner.isolation.outcome import Exchange
 
@@ -152,7 +153,7 @@ class WarmPool:
             shelf = self._shelves[key] = _Shelf(runner)
             logger.info("warm pool: new shelf for %s (size %d)", runner.image, self.settings.size)
             self._refill(shelf)
-        return PooledRunner(self, shelf)
+        return PooledRunner(self, shelf, runner.dialect)
 
     def idle(self) -> int:
         """Idle containers across all shelves."""
@@ -393,12 +394,19 @@ class WarmPool:
 
 class PooledRunner(ExchangeRunner):
     """A DockerRunner whose calls start from a warm container when one is ready. The pool
-    owns the DockerRunner; `aclose` closes only this handle (later calls are refused)."""
+    owns the DockerRunner; `aclose` closes only this handle (later calls are refused).
+    It speaks the envelope of the runner it was made from: a warm container is the same
+    whatever its worker's envelope, so runners differing only in that share a shelf."""
 
-    def __init__(self, pool: WarmPool, shelf: _Shelf) -> None:
+    def __init__(self, pool: WarmPool, shelf: _Shelf, dialect: Dialect) -> None:
         self.pool = pool
         self._shelf = shelf
+        self._dialect = dialect
         self._closed = False
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._dialect
 
     @property
     def docker(self) -> DockerRunner:
