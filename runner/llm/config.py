@@ -3,7 +3,7 @@
 These models are the configuration only; `runner.llm.provider_for(config)` turns one into
 an `LLM`. They live here, beside the providers they configure, so that the session layer
 imports them from below and nothing in `runner.llm` needs to know what a session is.
-`tag` chooses the branch of the union (`scripted` or `openaiCompatible`).
+`tag` chooses the branch of the union (`scripted`, `openaiCompatible` or `environment`).
 """
 
 from __future__ import annotations
@@ -45,5 +45,30 @@ class OpenAIProvider(_Config):
     max_retries: Annotated[int, Field(alias="maxRetries", ge=0, le=10)] = 2
 
 
+#: The variables an `environment` provider reads, and the endpoint it uses without one.
+BASE_URL_VARIABLE = "OPENAI_BASE_URL"
+API_KEY_VARIABLE = "OPENAI_API_KEY"
+MODEL_VARIABLE = "OPENAI_MODEL"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class EnvironmentProvider(_Config):
+    """An OpenAI-compatible endpoint configured from the environment, as agents-exe's
+    agent files expect: what an agent without a `provider` uses.
+
+    The base URL is `baseUrl`, else OPENAI_BASE_URL, else the OpenAI API; the model is
+    `model`, else OPENAI_MODEL; the key is always OPENAI_API_KEY (never in a file). The
+    variables are read at the first model call, not when the agent is loaded, so a
+    session can be started (or inspected) on a machine without a key."""
+
+    tag: Literal["environment"] = "environment"
+    base_url: Annotated[str | None, Field(alias="baseUrl", pattern=r"^https?://")] = None
+    model: Annotated[str | None, Field(min_length=1)] = None
+    timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
+    max_retries: Annotated[int, Field(alias="maxRetries", ge=0, le=10)] = 2
+
+
 #: An agent's `provider` section: one of the providers above, chosen by `tag`.
-ProviderConfig = Annotated[ScriptedProvider | OpenAIProvider, Field(discriminator="tag")]
+ProviderConfig = Annotated[
+    ScriptedProvider | OpenAIProvider | EnvironmentProvider, Field(discriminator="tag")
+]

@@ -1,10 +1,13 @@
 """An OpenAI-compatible chat-completions client over httpx.
 
-POST {base_url}/chat/completions with the conversation and the tools as functions; the
-reply's `choices[0].message` gives the text and the tool calls. HTTP 429 and 5xx, and
-transport errors, are retried (honouring Retry-After, capped at MAX_BACKOFF_S) up to
-`max_retries` times, then raised as a retryable LLMError; other HTTP errors and malformed
-replies raise a non-retryable one.
+POST {base_url}/chat/completions with the conversation and the tools as functions (a user
+message with attachments sends its content as `text` and `image_url` parts); the reply's
+`choices[0].message` gives the text and the tool calls. HTTP 429 and 5xx, and transport
+errors, are retried (honouring Retry-After, capped at MAX_BACKOFF_S) up to
+`max_retries` times, then raised as a retryable LLMError (with the server's Retry-After);
+other HTTP errors and malformed replies raise a non-retryable one. The session engine
+builds its providers with `max_retries=0` and retries under the budget it stores with the
+session (the agent's `llmRetries`), so that in-memory retries never multiply that budget.
 
 The provider owns one `httpx.AsyncClient`, and so one connection pool, for its whole life:
 created at the first request, reused by every later one, and released by `aclose()` (or by
@@ -30,6 +33,8 @@ import httpx
 
 from runner.lifecycle import AsyncClosing
 from runner.llm.base import (
+    ContentPart,
+    ImagePart,
     LLMClosedError,
     LLMError,
     LLMRequest,
@@ -141,10 +146,12 @@ class OpenAICompatibleLLM(AsyncClosing):
                 continue
             if reply.status_code == 429 or reply.status_code >= 500:
                 if attempt == attempts:
+                    asked = reply.headers.get("retry-after")
                     raise LLMError(
                         f"{self.url}: HTTP {reply.status_code} after {attempt} attempt(s):"
                         f" {reply.text[:200]}",
                         retryable=True,
+                        retry_after_s=_retry_after_s(asked) if asked is not None else None,
                     )
                 delay = self._backoff(attempt, reply.headers.get("retry-after"))
                 await self._wait(attempt, f"HTTP {reply.status_code}", delay)
@@ -194,6 +201,9 @@ def _message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.parts:  # then content is a list of parts, the message's text first
+        text = [{"type": "text", "text": message.content}] if message.content else []
+        out["content"] = text + [_part(p) for p in message.parts]
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function",
@@ -201,6 +211,12 @@ def _message(message: Message) -> dict[str, Any]:
             for c in message.tool_calls
         ]  # fmt: skip
     return out
+
+
+def _part(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, ImagePart):
+        return {"type": "image_url", "image_url": {"url": part.data_url()}}
+    return {"type": "text", "text": part.text}
 
 
 def parse_reply(reply: httpx.Response) -> LLMResponse:

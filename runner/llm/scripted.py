@@ -3,16 +3,19 @@ n-th response, so replaying the same stored state always gives the same turn.
 
 A response is `{"text": str?, "tool_calls": [{"id"?, "name", "arguments"}]}`. In `text`,
 `{{result:ID}}` is replaced by the result the conversation holds for tool call ID, which
-lets a scripted final answer quote what the tools really returned.
+lets a scripted final answer quote what the tools really returned, and `{{attachments}}`
+by what the user attached: one line per part, a text part's text or, for an image,
+`[image MIME, N bytes]`.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
 from runner.lifecycle import AsyncClosing
-from runner.llm.base import LLMError, LLMRequest, LLMResponse, RequestedCall
+from runner.llm.base import ImagePart, LLMError, LLMRequest, LLMResponse, RequestedCall
 
 _PLACEHOLDER = re.compile(r"\{\{result:([A-Za-z0-9_.:-]+)\}\}")
 
@@ -37,11 +40,21 @@ class ScriptedLLM(AsyncClosing):
         text = response.get("text")
         if text is not None:
             text = _PLACEHOLDER.sub(lambda m: results.get(m.group(1), m.group(0)), text)
+            text = text.replace("{{attachments}}", _attachments(request))
         calls = tuple(
             RequestedCall(c.get("id") or f"call_{turn}_{i}", c["name"], c.get("arguments", {}))
             for i, c in enumerate(response.get("tool_calls", []))
         )
         return LLMResponse(text=text, tool_calls=calls)
+
+
+def _attachments(request: LLMRequest) -> str:
+    parts = [p for m in request.messages for p in m.parts]
+    return "\n".join(
+        f"[image {p.mime_type}, {len(base64.b64decode(p.base64_data))} bytes]"
+        if isinstance(p, ImagePart) else p.text
+        for p in parts
+    )  # fmt: skip
 
 
 def _check(index: int, response: Any) -> dict[str, Any]:

@@ -4,6 +4,16 @@
 (`toolCallPolicyConfig.rules[0].disposition.tag: ...`). A scripted provider's script is read
 at load time and kept in the definition, so the stored definition is all a later process
 needs, and its hash (`Agent.hash`) changes when anything that matters changes.
+
+Files written for agents-exe load as they are: without a `provider` the agent uses the
+OpenAI-compatible endpoint configured from the environment (`EnvironmentProvider`:
+OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL, read at the first model call, so loading
+and `session start` need no key); agents-exe's `modelUrl`, `modelName`, `flavor`
+("OpenAIv1"), `systemPrompt` (a string or a list of lines) and `announce` (a description,
+not used) are read into that provider and `system_prompt`. Its `apiKeyId` names a key in
+agents-exe's own key file, which agents-runner does not read: it is refused with a message
+saying where the key comes from instead. Tools the policy names need not be declared in
+`tools` (see `stepper._track` for what a call to an undeclared tool does).
 """
 
 from __future__ import annotations
@@ -16,8 +26,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from runner.llm import API_KEY_VARIABLE, ProviderConfig, ScriptedLLM
+from runner.llm import EnvironmentProvider as EnvironmentProvider  # re-exported
 from runner.llm import OpenAIProvider as OpenAIProvider  # re-exported
-from runner.llm import ProviderConfig, ScriptedLLM
 from runner.llm import ScriptedProvider as ScriptedProvider  # re-exported
 from runner.session.policy import PolicyConfig
 
@@ -61,9 +72,21 @@ class YieldOnTimeout(_Spec):
 YieldStrategy = Literal["yieldWhenAllDone", "yieldOnAnyProgress"] | YieldOnTimeout
 
 
+class LlmRetries(_Spec):
+    """The budget of one model call (`llmRetries`): attempts in all, counted in the store
+    before each request, with exponential backoff and jitter between them (the first wait
+    is about `backoffMs`, each next one about twice the last, never over `maxBackoffMs`).
+    The engine owns these retries: the provider it drives makes one request per attempt."""
+
+    max_attempts: int = Field(default=4, ge=1, le=100, alias="maxAttempts")
+    backoff_ms: int = Field(default=1000, ge=0, alias="backoffMs")
+    max_backoff_ms: int = Field(default=60_000, ge=0, alias="maxBackoffMs")
+
+
 class Agent(_Spec):
     slug: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
-    provider: Provider
+    #: Without one: the OpenAI-compatible endpoint the environment configures.
+    provider: Provider = Field(default_factory=EnvironmentProvider)
     system_prompt: str = ""
     tools: list[ToolSpec] = Field(default_factory=list)
     execution_mode: Literal["synchronous", "asynchronous"] = Field(
@@ -77,6 +100,7 @@ class Agent(_Spec):
     async_call_timeout_seconds: float | None = Field(
         default=None, gt=0, alias="asyncCallTimeoutSeconds"
     )
+    llm_retries: LlmRetries = Field(default_factory=LlmRetries, alias="llmRetries")
 
     @model_validator(mode="after")
     def _tool_names_unique(self) -> Agent:
@@ -117,8 +141,8 @@ def error_path(loc: tuple[Any, ...]) -> str:
 #: Names pydantic puts in a location for the branch of a union it tried; not in the file.
 _UNION_BRANCHES = {"runSync", "runAsync", "runIsolated", "defer", "decorate", "docker",
                    "localProcess", "timeout", "retries", "cache", "label", "truncate",
-                   "scripted", "openaiCompatible", "yieldOnTimeout"}  # fmt: skip
-_GENERATED = re.compile(r"^(literal\[|function-|[A-Z][A-Za-z]+$)")
+                   "scripted", "openaiCompatible", "environment", "yieldOnTimeout"}  # fmt: skip
+_GENERATED = re.compile(r"^(literal\[|function-|constrained-|str$|[A-Z][A-Za-z]+$)")
 
 
 def describe(exc: ValidationError, limit: int = 3) -> str:
@@ -131,6 +155,7 @@ def describe(exc: ValidationError, limit: int = 3) -> str:
 def parse_agent(document: Any, where: str = "agent") -> Agent:
     if not isinstance(document, dict):
         raise AgentError(f"{where}: expected a JSON object, got {type(document).__name__}")
+    document = _from_agents_exe(document, where)
     try:
         agent = Agent.model_validate(document)
     except ValidationError as exc:
@@ -141,6 +166,59 @@ def parse_agent(document: Any, where: str = "agent") -> Agent:
         except ValueError as exc:
             raise AgentError(f"{where}: provider: {exc}") from None
     return agent
+
+
+#: agents-exe's names for what our `provider` and `system_prompt` hold.
+_AGENTS_EXE_MODEL_FIELDS = ("modelUrl", "modelName", "flavor")
+
+
+def _from_agents_exe(document: dict[str, Any], where: str) -> dict[str, Any]:
+    """agents-exe's model fields read into ours (see the module docstring); a document
+    without them is returned as it is."""
+    names = ("apiKeyId", "announce", "systemPrompt", *_AGENTS_EXE_MODEL_FIELDS)
+    if not any(name in document for name in names):
+        return document
+    out = {k: v for k, v in document.items() if k not in names}
+    if "apiKeyId" in document:
+        raise AgentError(
+            f"{where}: apiKeyId: agents-runner reads no key files; the key of an agent"
+            f" without a `provider` is {API_KEY_VARIABLE} (an openaiCompatible provider"
+            " names its variable in `apiKeyEnv`); remove apiKeyId"
+        )
+    if "announce" in document and not isinstance(document["announce"], str):
+        raise AgentError(f"{where}: announce: expected a string")
+    if "systemPrompt" in document:
+        if "system_prompt" in document:
+            raise AgentError(f"{where}: systemPrompt: give `systemPrompt` or `system_prompt`")
+        prompt = document["systemPrompt"]
+        if isinstance(prompt, list) and all(isinstance(line, str) for line in prompt):
+            prompt = "\n".join(prompt)
+        if not isinstance(prompt, str):
+            raise AgentError(f"{where}: systemPrompt: expected a string or a list of strings")
+        out["system_prompt"] = prompt
+    model_fields = [name for name in _AGENTS_EXE_MODEL_FIELDS if name in document]
+    if not model_fields:
+        return out
+    if "provider" in document:
+        raise AgentError(
+            f"{where}: {model_fields[0]}: give the model as `provider` or as agents-exe's"
+            " modelUrl/modelName, not both"
+        )
+    flavor = document.get("flavor", "OpenAIv1")
+    if flavor != "OpenAIv1":
+        raise AgentError(f"{where}: flavor: only OpenAIv1 (OpenAI-compatible) is supported")
+    provider: dict[str, Any] = {"tag": "environment"}
+    for field, key in (("modelUrl", "baseUrl"), ("modelName", "model")):
+        if field in document:
+            value = document[field]
+            if not isinstance(value, str) or not value:
+                raise AgentError(f"{where}: {field}: expected a non-empty string")
+            provider[key] = value
+    url = provider.get("baseUrl")
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise AgentError(f"{where}: modelUrl: expected an http:// or https:// URL, got {url!r}")
+    out["provider"] = provider
+    return out
 
 
 def load_agent(path: str | Path) -> Agent:

@@ -48,7 +48,9 @@ class CacheKey(_Spec):
 class Cache(_Spec):
     """Reuse an ok result of the same tool with the same canonical arguments, or, with
     `key` (a string, or agents-exe's {"toolName", "argumentsHash"}), of any call that
-    names the same key."""
+    names the same key, whatever its tool and arguments. A keyed entry is stored in the
+    tool cache under the tool name `@cache-key` (no tool can have it) with `{"key": KEY}`
+    or the object key as its arguments, so a string key and an object key never meet."""
 
     tag: Literal["cache"] = "cache"
     ttl_seconds: Annotated[float | None, Field(alias="ttlSeconds", gt=0)] = None

@@ -22,6 +22,8 @@ def agent_doc(responses: list[dict], tool_names: list[str], policy: dict | None 
         "provider": {"tag": "scripted", "responses": responses},
         "tools": [{"name": name, "kind": "builtin", "parameters": OBJECT} for name in tool_names],
         "toolCallPolicyConfig": policy or {"default": {"tag": "runSync"}},
+        # Asynchronous unless a test says otherwise: only asynchronous agents yield.
+        "executionMode": "asynchronous",
         **extra,
     }
 

@@ -22,7 +22,9 @@ def test_the_demo_agent_loads_with_its_script():
 
 
 def test_defaults():
-    agent = parse_agent(agent_doc([], []))
+    document = agent_doc([], [])
+    del document["executionMode"]  # agent_doc's tests are asynchronous; the file default is not
+    agent = parse_agent(document)
     assert agent.execution_mode == "synchronous"
     assert agent.max_concurrency == 4
     assert agent.async_yield_strategy == "yieldWhenAllDone"
