@@ -300,6 +300,7 @@ def _docker_run(cli: list[str], payload: bytes) -> None:
 #: the rows differ only in the session's length; the LLM's script is passed beside it.
 SESSION_AGENT = {
     "slug": "bench-sessions",
+    "executionMode": "asynchronous",
     "provider": {"tag": "scripted", "responses": [{"text": "unused: the bench passes llm="}]},
     "tools": [{"name": "echo", "kind": "builtin",
                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}},

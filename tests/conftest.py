@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from envelopes.v1 import RequestLimits, ToolCallRequest, ToolRef
+from tests.chat_server import ChatServer, serving
 
 REPO = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -34,3 +36,10 @@ def make_request(
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    """A scripted chat-completions server on 127.0.0.1 (tests/chat_server.py)."""
+    with serving() as server:
+        yield server

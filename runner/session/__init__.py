@@ -17,7 +17,7 @@ protocol and the store only through its interfaces.
 
 from runner.session.agent import Agent, AgentError, ToolSpec, load_agent, parse_agent
 from runner.session.commands import UnknownToken
-from runner.session.execute import from_envelope, runner_for_spec
+from runner.session.execute import from_envelope, from_output, runner_for_spec
 from runner.session.gate import SessionError
 from runner.session.leases import LeaseBusy
 from runner.session.policy import (
@@ -27,6 +27,7 @@ from runner.session.policy import (
     DockerSpec,
     Label,
     LocalProcessSpec,
+    Policy,
     PolicyConfig,
     PolicyContext,
     Retries,
@@ -71,6 +72,7 @@ __all__ = [
     "LlmTurn",
     "LocalProcessSpec",
     "PartialUserTurn",
+    "Policy",
     "PolicyConfig",
     "PolicyContext",
     "Retries",
@@ -93,6 +95,7 @@ __all__ = [
     "default_lease_seconds",
     "default_owner",
     "from_envelope",
+    "from_output",
     "load_agent",
     "parse_agent",
     "pending_entry",

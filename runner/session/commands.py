@@ -1,5 +1,5 @@
 """What happens to a session from outside its steps: results arriving by continuation
-token (`wake`), and an operator's retry, pause and cancel."""
+token (`wake`), and an operator's retry, freeze, revive (a failed session) and cancel."""
 
 from __future__ import annotations
 
@@ -92,13 +92,24 @@ async def retry(
         return session
 
 
-def pause(store: SessionStore, session_id: str) -> Session:
-    """Stop the session where it is (compare-and-set; no lease: an operator's word)."""
+def freeze(store: SessionStore, session_id: str) -> Session:
+    """Stop the session where it is until `session resume` (compare-and-set; no lease:
+    an operator's word). Nothing steps a frozen session, workers included."""
     session = store.load(session_id, history=False)
-    if session.status in ("completed", "cancelled"):
-        raise SessionError(f"session {session_id} is {session.status}; nothing to pause")
-    set_status(session, "paused")
+    if session.status in ("completed", "cancelled", "failed"):
+        raise SessionError(f"session {session_id} is {session.status}; nothing to freeze")
+    set_status(session, "frozen")
     return store.save(session)
+
+
+def revive(session: Session) -> None:
+    """A failed session back to running with a fresh model-call budget (`resume --retry`)."""
+    if session.status != "failed":
+        raise SessionError(f"session {session.id} is {session.status}, not failed;"
+                           " --retry only applies to a failed session")  # fmt: skip
+    set_status(session, "running")
+    session.failure_reason = None
+    session.llm_attempts, session.llm_next_attempt_ms = 0, None
 
 
 def cancel(store: SessionStore, session_id: str, now_ms: int) -> Session:

@@ -27,8 +27,21 @@ import anyio
 import jsonschema
 from pydantic import ValidationError
 
+from envelopes.agents_exe import (
+    POLICY_EXTENSION,
+    TURN_EXTENSION,
+    docker_policy,
+    local_process_policy,
+)
 from envelopes.codec import describe_validation_error, encode
-from envelopes.v1 import CallContext, RequestLimits, ToolCallRequest, ToolCallResult, ToolRef
+from envelopes.v1 import (
+    CallContext,
+    Output,
+    RequestLimits,
+    ToolCallRequest,
+    ToolCallResult,
+    ToolRef,
+)
 from runner.faults import crash_point
 from runner.isolation import (
     CallOutcome,
@@ -62,16 +75,21 @@ from runner.tools import ToolFailure, invoke
 logger = logging.getLogger(__name__)
 
 Run = Callable[[], Awaitable[ToolResult]]
+#: The tool name keyed cache entries are stored under; `@` is in no tool name.
+KEYED_CACHE_TOOL = "@cache-key"
 #: Errors a retry cannot fix, whatever the worker's `retryable` says.
 NEVER_RETRIED = frozenset({"INVALID_ARGUMENTS", "INVALID_REQUEST", "UNKNOWN_TOOL",
                            "UNSUPPORTED_VERSION", "PERMISSION_DENIED"})  # fmt: skip
 
 
 def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
-    """The runner an isolation spec names: its image in Docker, or its argv locally."""
+    """The runner an isolation spec names: its image in Docker, or its argv locally,
+    speaking the spec's envelope (v1, or agents-exe's for workers written for it)."""
     if isinstance(spec, DockerSpec):
-        return DockerRunner(spec.image, container_limits(spec))
-    return LocalProcessRunner(spec.command, env={**spec.env, **owner_environment()})
+        return DockerRunner(spec.image, container_limits(spec), envelope=spec.envelope)
+    return LocalProcessRunner(
+        spec.command, env={**spec.env, **owner_environment()}, envelope=spec.envelope
+    )
 
 
 def container_limits(spec: DockerSpec) -> ContainerLimits:
@@ -115,8 +133,8 @@ class CallExecutor:
                 return lambda: _with_timeout(inner, seconds)
             case Retries(count=count, backoff_ms=backoff_ms):
                 return lambda: self._with_retries(inner, call, count, backoff_ms)
-            case Cache(ttl_seconds=ttl):
-                return lambda: self._with_cache(inner, call, ttl)
+            case Cache():
+                return lambda: self._with_cache(inner, call, decorator)
             case Truncate(max_bytes=max_bytes):
                 return lambda: _with_truncation(inner, max_bytes)
             case Label():
@@ -145,16 +163,26 @@ class CallExecutor:
             await self.checkpoint()
             crash_point("retry.backoff")
 
-    async def _with_cache(self, inner: Run, call: TrackedCall, ttl: float | None) -> ToolResult:
+    async def _with_cache(self, inner: Run, call: TrackedCall, cache_spec: Cache) -> ToolResult:
+        """Answer from the tool cache, else run and store an ok result. Without a `key`
+        the entry is the call's own (its tool, its canonical arguments); with one it is
+        the key's, shared by every call naming it: tool `KEYED_CACHE_TOOL` (no tool can
+        have that name) and, as arguments, `{"key": KEY}` for a string key or agents-exe's
+        `{"toolName", "argumentsHash"}` for an object one."""
         cache, storage = self.rt.cache, self.rt.storage
         if cache is None:
             return await inner()
-        hit = await storage.run(cache.get, call.tool, call.arguments)
+        tool, arguments = call.tool, call.arguments
+        if isinstance(cache_spec.key, str):
+            tool, arguments = KEYED_CACHE_TOOL, {"key": cache_spec.key}
+        elif cache_spec.key is not None:
+            tool, arguments = KEYED_CACHE_TOOL, cache_spec.key.model_dump(by_alias=True)
+        hit = await storage.run(cache.get, tool, arguments)
         if hit is not None:
             return hit
         result = await inner()
         if result.status == "ok":
-            await storage.run(cache.put, call.tool, call.arguments, result, ttl)
+            await storage.run(cache.put, tool, arguments, result, cache_spec.ttl_seconds)
         return result
 
     # --- the call itself -------------------------------------------------------------
@@ -169,17 +197,18 @@ class CallExecutor:
                 )
             call.attempts += 1
             await self.checkpoint()  # counted before it starts: a restart never resets it
+            # An undeclared tool has no schema to check: a worker or a built-in of that
+            # name gets its arguments as they are (and _builtin answers UNKNOWN_TOOL).
             spec = self.rt.agent.tool(call.tool)
-            if spec is None:
-                return ToolResult.error("UNKNOWN_TOOL", f"the agent has no tool {call.tool!r}")
-            try:
-                jsonschema.validate(call.arguments, spec.parameters)
-            except jsonschema.ValidationError as exc:
-                where = "/".join(str(p) for p in exc.absolute_path) or "(arguments)"
-                return ToolResult.error("INVALID_ARGUMENTS", f"{where}: {exc.message}")
+            if spec is not None:
+                try:
+                    jsonschema.validate(call.arguments, spec.parameters)
+                except jsonschema.ValidationError as exc:
+                    where = "/".join(str(p) for p in exc.absolute_path) or "(arguments)"
+                    return ToolResult.error("INVALID_ARGUMENTS", f"{where}: {exc.message}")
             if isinstance(base, RunIsolated):
                 return await self._isolated(call, base)
-            if spec.kind != "builtin":
+            if spec is not None and spec.kind != "builtin":
                 return ToolResult.error(
                     "PERMISSION_DENIED",
                     f"{call.tool!r} is a {spec.kind} tool: it never runs in-process;"
@@ -256,6 +285,11 @@ class CallExecutor:
         self, runner: Runner, call: TrackedCall, base: RunIsolated
     ) -> ToolResult:
         spec = base.spec
+        extensions = None
+        if spec.envelope == "agents-exe":  # what agents-exe's request has and v1's has not
+            policy = (docker_policy(spec.image) if isinstance(spec, DockerSpec)
+                      else local_process_policy(spec.command[0]))  # fmt: skip
+            extensions = {POLICY_EXTENSION: policy, TURN_EXTENSION: call.turn}
         try:
             request = ToolCallRequest(
                 id=call.token,
@@ -269,6 +303,7 @@ class CallExecutor:
                     attempt=call.attempts,
                     idempotency_key=call.idempotency_key,
                 ),
+                extensions=extensions,
             )
         except ValidationError as exc:
             return ToolResult.error("INVALID_ARGUMENTS", describe_validation_error(exc))
@@ -291,12 +326,18 @@ def from_outcome(outcome: CallOutcome) -> ToolResult:
 
 
 def from_envelope(result: ToolCallResult) -> ToolResult:
+    """A worker's result envelope as the result the model sees."""
     if result.status == "ok" and result.output is not None:
-        output = result.output.to_wire()
-        content = output["content"] if output["type"] in ("text", "json") else output
-        return ToolResult.ok(content)
+        return from_output(result.output)
     assert result.error is not None
     return ToolResult.error(result.error.code, result.error.message, result.error.retryable)
+
+
+def from_output(output: Output) -> ToolResult:
+    """A v1 output (a worker's, or a UserToolResponse given by hand) as an ok result: a
+    text or JSON output's content, a media or mixed output as its wire form."""
+    wire = output.to_wire()
+    return ToolResult.ok(wire["content"] if wire["type"] in ("text", "json") else wire)
 
 
 async def _with_timeout(inner: Run, seconds: float) -> ToolResult:

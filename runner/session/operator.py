@@ -1,18 +1,21 @@
 """What an operator sees: the conditions a session is in and why, in words.
 
 Conditions (what `session list --status` filters on): the stored status (running,
-waiting, paused, quarantined, completed, cancelled), plus `stuck` (its lease expired
-without being released: the holder died), `unknown_outcome`, `expired` and `failed`
-(some call of the session is in that state).
+waiting, frozen, quarantined, failed, completed, cancelled), plus `stuck` (its lease
+expired without being released: the holder died), `unknown_outcome` and `call_failed`
+(some call of the session is in that state), and `expired` (some call expired, or a
+deferred call's expiry has passed though no process has recorded it yet: expiry is a
+matter of time, not of who next takes the lease; see transitions.overdue).
 """
 
 from __future__ import annotations
 
 from runner.state import Session
+from runner.state.transitions import overdue
 from runner.stores.base import Lease
 
 CONDITIONS = ("running", "waiting", "stuck", "expired", "unknown_outcome", "quarantined",
-              "failed", "paused", "cancelled", "completed")  # fmt: skip
+              "failed", "call_failed", "frozen", "cancelled", "completed")  # fmt: skip
 
 
 def conditions(session: Session, lease: Lease | None, now_ms: int) -> list[str]:
@@ -20,7 +23,10 @@ def conditions(session: Session, lease: Lease | None, now_ms: int) -> list[str]:
     if lease is not None and lease.owner and lease.expires_ms <= now_ms:
         found.append("stuck")
     states = {c.state for c in session.calls.values()}
-    found += [s for s in ("unknown_outcome", "expired", "failed") if s in states]
+    if "expired" in states or overdue(session, now_ms):
+        found.append("expired")
+    found += [name for state, name in (("unknown_outcome", "unknown_outcome"),
+              ("failed", "call_failed")) if state in states]  # fmt: skip
     return found
 
 
@@ -35,11 +41,21 @@ def explain(session: Session, lease: Lease | None, now_ms: int) -> str:
                          " resume or worker takes over")  # fmt: skip
     if session.status == "quarantined":
         lines.append(f"quarantined: {session.quarantine_reason}")
+    if session.status == "failed":
+        lines.append(f"failed: {session.failure_reason}; fix the cause, then `session resume"
+                     f" {session.id} --retry` tries again with a fresh budget")  # fmt: skip
+    elif session.llm_last_error and session.status == "running":
+        lines.append(_model_retry(session, now_ms))
+    expired_now = {c.id for c in overdue(session, now_ms)}
     for call in session.calls.values():
         if call.state == "unknown_outcome":
             lines.append(f"call {call.id} ({call.tool}) has an unknown outcome: settle it with"
                          f" `session complete/fail {call.token}` or `session retry"
                          f" {call.token} --force`")  # fmt: skip
+        elif call.id in expired_now and call.expires_ms is not None:
+            lines.append(f"call {call.id} ({call.tool}) expired {_ago(call.expires_ms, now_ms)}"
+                         " without a result; the next resume or worker records it and the"
+                         " session goes on")  # fmt: skip
         elif call.state == "deferred":
             left = (call.expires_ms or 0) - now_ms
             until = f", expires in {left / 1000:.0f}s" if call.expires_ms else ""
@@ -48,10 +64,24 @@ def explain(session: Session, lease: Lease | None, now_ms: int) -> str:
         elif call.state == "ready" and call.next_attempt_ms and call.next_attempt_ms > now_ms:
             lines.append(f"call {call.id} retries in {(call.next_attempt_ms - now_ms) / 1000:.1f}s"
                          f" (attempt {call.attempts + 1} of {call.max_attempts})")  # fmt: skip
-    if session.status == "paused":
-        lines.append("paused by an operator: `session resume` continues it")
+    if session.status == "frozen":
+        lines.append("frozen by an operator: `session resume` continues it")
     if session.status == "running" and not lines:
         lines.append("ready to be stepped: `session resume` or a worker advances it")
     if session.status == "completed":
         lines.append("completed: the final answer is recorded")
     return "\n".join(lines) or session.status
+
+
+def _model_retry(session: Session, now_ms: int) -> str:
+    used = (f"the model call has used {session.llm_attempts} attempt(s), the last failed:"
+            f" {session.llm_last_error}")  # fmt: skip
+    due = session.llm_next_attempt_ms
+    if due is not None and due > now_ms:
+        return f"{used}; the next attempt is in {(due - now_ms) / 1000:.1f}s"
+    return f"{used}; the next resume or worker tries again"
+
+
+def _ago(when_ms: int, now_ms: int) -> str:
+    seconds = max(0, now_ms - when_ms) / 1000
+    return f"{seconds:.0f}s ago" if seconds >= 1 else "just now"

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from runner.state import Session, SessionStatus, TrackedCall
 
-StepAction = Literal["llm_turn", "ran_calls", "nothing"]
+#: llm_retry: the model call failed and will be tried again (`llm_next_attempt_ms`);
+#: llm_failed: it failed for good and the session is `failed`.
+StepAction = Literal["llm_turn", "ran_calls", "nothing", "llm_retry", "llm_failed"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,11 @@ class StepReport:
                                "action": self.action, "ran": list(self.ran)}  # fmt: skip
         if session.status == "completed":
             out["final_answer"] = session.final_answer
+        if session.status == "failed":
+            out["reason"] = session.failure_reason
+        if session.llm_attempts:
+            out["llm_attempts"] = session.llm_attempts
+            out["llm_next_attempt_ms"] = session.llm_next_attempt_ms
         if session.status == "waiting":
             out["reason"] = waiting_reason(session)
             out["deferred_calls"] = [pending_entry(c) for c in session.waiting_on()]
@@ -43,10 +50,20 @@ def waiting_reason(session: Session) -> str:
     return "waiting on deferred and detached isolated calls"
 
 
-def pending_entry(call: TrackedCall) -> dict[str, Any]:
-    """One call a session waits on, as `session pending` and a yield report list it."""
-    entry: dict[str, Any] = {"tool": call.tool, "tool_call_id": call.id,
-                             "continuation_token": call.token, "state": call.state}  # fmt: skip
+def pending_entry(call: TrackedCall, *, overdue: bool = False) -> dict[str, Any]:
+    """One call a session waits on, as `session pending` and a yield report list it, with
+    agents-exe's field names (tool, tool_call_id, continuation_token, disposition, call).
+    `overdue`: its expiry has passed though no process has recorded it yet; it is
+    reported as expired (the next process to hold the session expires it)."""
+    entry: dict[str, Any] = {
+        "tool": call.tool, "tool_call_id": call.id, "continuation_token": call.token,
+        "state": "expired" if overdue else call.state, "disposition": call.disposition,
+        "call": {"id": call.id, "name": call.tool, "arguments": call.arguments},
+    }  # fmt: skip
+    if overdue:
+        entry["expired"] = True
+    if call.expires_ms is not None:
+        entry["expires_ms"] = call.expires_ms
     if call.defer_reason:
         entry["reason"] = call.defer_reason
     if call.label:

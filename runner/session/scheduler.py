@@ -14,14 +14,21 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 
 import anyio.to_thread
 
 from runner.isolation import Runner
-from runner.llm import LLM, LLMRequest, provider_for
+from runner.llm import (
+    LLM,
+    EnvironmentProvider,
+    LLMRequest,
+    OpenAIProvider,
+    ProviderConfig,
+    provider_for,
+)
 from runner.session import commands, stepper
 from runner.session.agent import Agent
 from runner.session.execute import runner_for_spec
@@ -32,7 +39,7 @@ from runner.session.prompt import llm_request
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runtime import RunnerFactory, Runtime
 from runner.session.storage import Storage, require_durable
-from runner.state import Clock, Session, SystemClock, ToolResult
+from runner.state import Attachment, Clock, Session, SystemClock, ToolResult, UserTurn
 from runner.state.transitions import set_status
 from runner.stores import DurableStore, SessionStore, ToolCache
 from runner.tools import ToolRegistry, default_tools
@@ -94,29 +101,47 @@ class DurableAgent:
 
     # --- sessions ----------------------------------------------------------------------
 
-    def start(self, prompt: str) -> Session:
+    def start(self, prompt: str, attachments: Sequence[Attachment] = ()) -> Session:
+        """Store a new session whose first turn is `prompt` and its `attachments`
+        (runner.session.attachments reads them from files); nothing runs yet."""
         session = Session.start(self.agent.slug, self.agent.hash, prompt)
+        if attachments:
+            session.turns[0] = UserTurn(text=prompt, attachments=list(attachments))
         return self.store.create(session, self.agent.to_document())
 
-    async def run(self, prompt: str) -> StepReport:
+    async def run(self, prompt: str, attachments: Sequence[Attachment] = ()) -> StepReport:
         """Start a session and resume it to the final answer or the first wait."""
-        created = await anyio.to_thread.run_sync(self.start, prompt)
+        created = await anyio.to_thread.run_sync(self.start, prompt, attachments)
         return await self.resume(created.id)
 
     async def resume(
-        self, session_id: str, *, unpause: bool = True, unquarantine: bool = False
+        self,
+        session_id: str,
+        *,
+        unfreeze: bool = True,
+        unquarantine: bool = False,
+        retry: bool = False,
     ) -> StepReport:
+        """Step until the final answer or the next wait. `unfreeze`: a frozen session
+        runs again; `unquarantine`: so does a quarantined one; `retry`: so does a failed
+        one, with a fresh model-call budget (without it, a failed session is refused)."""
         async with self._runtime() as rt, self._open(rt, session_id) as (session, holder):
-            if (unpause and session.status == "paused") or (
+            if (unfreeze and session.status == "frozen") or (
                 unquarantine and session.status == "quarantined"
             ):
                 set_status(session, "running")
                 session.quarantine_reason = None
                 await rt.settle_and_commit(session, holder)
+            elif retry:
+                commands.revive(session)
+                await rt.settle_and_commit(session, holder)
             if session.status == "quarantined":
                 raise SessionError(
                     f"session {session_id} is quarantined: {session.quarantine_reason}"
                 )
+            if session.status == "failed":
+                raise SessionError(f"session {session_id} failed: {session.failure_reason};"
+                                   " give --retry to try again")  # fmt: skip
             return await stepper.resume(rt, session, holder)
 
     async def step(self, session_id: str) -> StepReport:
@@ -134,7 +159,7 @@ class DurableAgent:
         require_durable(self.store, "this operation")  # a worker never runs unfenced
         async with self._runtime() as rt, self._open(rt, session_id, 0) as (session, holder):
             detached = await stepper.run_detached(rt, session, holder)
-            report = await stepper.resume(rt, detached.session, holder)
+            report = await stepper.resume(rt, detached.session, holder, stop_at_backoff=True)
             return replace(report, ran=detached.ran + report.ran)
 
     async def wake(self, session_id: str, results: Iterable[tuple[str, ToolResult]]) -> WakeReport:
@@ -147,9 +172,10 @@ class DurableAgent:
         async with self._runtime() as rt:
             return await commands.retry(rt, self._gate, session_id, token, force=force)
 
-    def pause(self, session_id: str) -> Session:
-        """Synchronous (one store call): from async code, call it in a worker thread."""
-        return commands.pause(self.store, session_id)
+    def freeze(self, session_id: str) -> Session:
+        """Stop the session from being stepped until `resume`. Synchronous (one store
+        call): from async code, call it in a worker thread."""
+        return commands.freeze(self.store, session_id)
 
     def cancel(self, session_id: str) -> Session:
         """Synchronous (one store call): from async code, call it in a worker thread."""
@@ -174,7 +200,7 @@ class DurableAgent:
     @asynccontextmanager
     async def _runtime(self) -> AsyncIterator[Runtime]:
         """What one operation runs with; an LLM made here is closed when it ends."""
-        llm = self.llm if self.llm is not None else provider_for(self.agent.provider)
+        llm = self.llm if self.llm is not None else provider_for(single_attempt(self.agent))
         try:
             yield Runtime(
                 agent=self.agent, storage=Storage(self.store), llm=llm,
@@ -185,6 +211,17 @@ class DurableAgent:
         finally:
             if self.llm is None:
                 await llm.aclose()
+
+
+def single_attempt(agent: Agent) -> ProviderConfig:
+    """The agent's provider making one request per call: the engine retries model calls
+    itself, under the budget it stores with the session (`llmRetries`), so the provider's
+    own `maxRetries` would multiply that budget unseen. An `llm` given to DurableAgent is
+    the caller's: it should make one attempt per call too."""
+    config = agent.provider
+    if isinstance(config, OpenAIProvider | EnvironmentProvider):
+        return config.model_copy(update={"max_retries": 0})
+    return config
 
 
 def with_durable_workflows(

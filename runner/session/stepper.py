@@ -14,23 +14,27 @@ outside can finish (deferred ones, detached isolated ones).
 
 from __future__ import annotations
 
+import logging
 import math
+import random
 from dataclasses import replace
 
 import anyio
 
 from runner.faults import crash_point
-from runner.llm import RequestedCall
+from runner.llm import LLMClosedError, LLMError, RequestedCall
 from runner.session.agent import YieldOnTimeout
 from runner.session.execute import CallExecutor
 from runner.session.gate import SessionError
 from runner.session.leases import Holder
 from runner.session.policy import (
     AnyDisposition,
+    BaseDisposition,
     Decorate,
     Defer,
     Label,
     PolicyContext,
+    RunIsolated,
     RunSync,
     Timeout,
     from_json,
@@ -52,15 +56,25 @@ from runner.state import (
 )
 from runner.state.transitions import finish, move_call, runnable, set_status
 
+logger = logging.getLogger(__name__)
+
 #: A `resume` that has not reached an answer after this many steps stops (a looping model).
 MAX_STEPS_PER_RESUME = 64
 
 
-async def resume(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+async def resume(
+    rt: Runtime, session: Session, holder: Holder, *, stop_at_backoff: bool = False
+) -> StepReport:
+    """Step while the session is running. `stop_at_backoff` (a worker): stop instead of
+    waiting out a model-call backoff, so the lease is let go and the session is due again,
+    for whichever worker is free, once the backoff ends."""
     ran: list[str] = []
     report = StepReport(session, "nothing")
     for _ in range(MAX_STEPS_PER_RESUME):
-        if report.session.status != "running":
+        current = report.session
+        if current.status != "running":
+            break
+        if stop_at_backoff and backoff_left_ms(current, rt.clock.now_ms()):
             break
         report = await step(rt, report.session, holder)
         ran.extend(report.ran)
@@ -68,8 +82,11 @@ async def resume(rt: Runtime, session: Session, holder: Holder) -> StepReport:
 
 
 async def step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
-    if session.status == "paused":
-        raise SessionError(f"session {session.id} is paused; `session resume` continues it")
+    if session.status == "frozen":
+        raise SessionError(f"session {session.id} is frozen; `session resume` continues it")
+    if session.status == "failed":
+        raise SessionError(f"session {session.id} failed: {session.failure_reason};"
+                           " `session resume --retry` tries again")  # fmt: skip
     if session.status == "quarantined":
         raise SessionError(f"session {session.id} is quarantined: {session.quarantine_reason}")
     if session.status in ("completed", "cancelled"):
@@ -85,7 +102,7 @@ async def step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
 async def run_detached(rt: Runtime, session: Session, holder: Holder) -> StepReport:
     """Run the detached RunIsolated calls the session waits on."""
     detached = [c for c in session.waiting_on() if c.state in ("ready", "running")]
-    if not detached or session.status in ("paused", "quarantined", "cancelled"):
+    if not detached or session.status in ("frozen", "quarantined", "failed", "cancelled"):
         return StepReport(session, "nothing")
     return await _run_calls(rt, session, detached, holder)
 
@@ -94,9 +111,31 @@ async def run_detached(rt: Runtime, session: Session, holder: Holder) -> StepRep
 
 
 async def _llm_step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+    """Ask the LLM for the next turn, under the model-call budget stored with the session:
+    wait out a backoff begun earlier (by this process or one that died), count the attempt
+    in the store before the request (a kill mid-request still spends it), and on failure
+    either store the next attempt's time (retryable, budget left: still running) or fail
+    the session (budget spent, or an error no retry can fix)."""
+    budget = rt.agent.llm_retries
+    if session.llm_attempts >= budget.max_attempts:  # the last attempt was interrupted
+        last = session.llm_last_error or "the last one was interrupted before it answered"
+        return await _model_failed(rt, session, holder, f"all {budget.max_attempts}"
+                                   f" attempts were used; last: {last}")  # fmt: skip
+    wait_ms = backoff_left_ms(session, rt.clock.now_ms())
+    if wait_ms > 0:
+        await rt.clock.sleep(wait_ms / 1000)
+    session.llm_attempts += 1
+    await rt.commit(session, holder)
+    crash_point("llm.request")
     session = await rt.storage.run(rt.storage.store.with_history, session)
-    response = await rt.llm.complete(llm_request(rt.agent, session))
+    try:
+        response = await rt.llm.complete(llm_request(rt.agent, session))
+    except LLMClosedError:
+        raise  # the engine's own bug (a closed provider), not the model's failure
+    except LLMError as exc:
+        return await _model_error(rt, session, holder, exc)
     crash_point("llm.response")
+    session.llm_attempts, session.llm_next_attempt_ms, session.llm_last_error = 0, None, None
     turn_index = session.turn_count
     session.turns.append(LlmTurn(text=response.text, tool_calls=[
         ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls
@@ -115,12 +154,60 @@ async def _llm_step(rt: Runtime, session: Session, holder: Holder) -> StepReport
     return StepReport(session, "llm_turn")
 
 
+def backoff_left_ms(session: Session, now_ms: int) -> int:
+    """How long the session's next model call must still wait (0: it may start now)."""
+    if session.llm_next_attempt_ms is None:
+        return 0
+    return max(0, session.llm_next_attempt_ms - now_ms)
+
+
+async def _model_error(rt: Runtime, session: Session, holder: Holder, exc: LLMError) -> StepReport:
+    budget, attempts = rt.agent.llm_retries, session.llm_attempts
+    session.llm_last_error = str(exc)
+    if not exc.retryable:
+        return await _model_failed(rt, session, holder, f"not retryable: {exc}")
+    if attempts >= budget.max_attempts:
+        return await _model_failed(rt, session, holder, f"all {attempts} attempts failed;"
+                                   f" last: {exc}")  # fmt: skip
+    # Exponential with jitter (0.5x to 1.5x), at least what the server asked for, capped.
+    delay_ms = budget.backoff_ms * 2 ** (attempts - 1) * (0.5 + random.random())
+    if exc.retry_after_s is not None:
+        delay_ms = max(delay_ms, exc.retry_after_s * 1000)
+    delay_ms = min(delay_ms, budget.max_backoff_ms)
+    session.llm_next_attempt_ms = rt.clock.now_ms() + int(delay_ms)
+    logger.warning("session %s: model call attempt %d of %d failed (%s); next in %d ms",
+                   session.id, attempts, budget.max_attempts, exc, delay_ms)  # fmt: skip
+    await rt.commit(session, holder)
+    crash_point("llm.backoff")
+    return StepReport(session, "llm_retry")
+
+
+async def _model_failed(rt: Runtime, session: Session, holder: Holder, why: str) -> StepReport:
+    session.failure_reason = f"the model call failed ({why})"
+    session.llm_next_attempt_ms = None
+    set_status(session, "failed")
+    # INFO: the failure is the report's and the stored status's to tell, not a log line's.
+    logger.info("session %s failed: %s", session.id, session.failure_reason)
+    await rt.commit(session, holder)
+    return StepReport(session, "llm_failed")
+
+
 def _track(
     rt: Runtime, session: Session, turn: int, requested: RequestedCall, context: PolicyContext
 ) -> TrackedCall:
+    """The call as the runtime tracks it: ready, deferred, or ended at once.
+
+    A tool the file does not declare still runs when the policy can run it: a registered
+    built-in of that name, an isolated worker, or (deferred) whoever completes it; with
+    none of those the model is told UNKNOWN_TOOL. A synchronous agent never waits on
+    the outside (see `_synchronous`)."""
     if requested.id in session.calls:
         raise SessionError(f"the LLM reused the tool call id {requested.id!r}")
     disposition = rt.policy(context, requested)
+    builtin = _has_builtin(rt, requested.name)
+    failure: ToolResult | None = None
+    if rt.agent.execution_mode == "synchronous":
+        disposition, failure = _synchronous(disposition, builtin, requested.name)
     decorators, base = unwrap(disposition)
     label = next((d.label for d in decorators if isinstance(d, Label)), None)
     now = rt.clock.now_ms()
@@ -130,14 +217,54 @@ def _track(
         turn=turn, label=label, idempotency_key=f"{session.id}/{requested.id}",
         created_ms=now, updated_ms=now,
     )  # fmt: skip
-    if rt.agent.tool(requested.name) is None:
-        finish(call, ToolResult.error("UNKNOWN_TOOL", f"there is no tool {requested.name!r}"), now)
+    declared = rt.agent.tool(requested.name) is not None
+    if failure is None and not (declared or builtin or isinstance(base, RunIsolated | Defer)):
+        failure = ToolResult.error("UNKNOWN_TOOL", f"there is no tool {requested.name!r}")
+    if failure is not None:
+        finish(call, failure, now)
     elif isinstance(base, Defer):
         call.state, call.defer_reason = "deferred", base.reason  # created deferred
         expiry = base.expires_after_seconds or rt.agent.async_call_timeout_seconds
         if expiry is not None:
             call.expires_ms = now + int(expiry * 1000)
     return call
+
+
+def _has_builtin(rt: Runtime, name: str) -> bool:
+    """A registered Python function runs the tool (an undeclared name, or a declared
+    `builtin` tool; a `bash` or `external` tool never runs in-process)."""
+    spec = rt.agent.tool(name)
+    return name in rt.tools and (spec is None or spec.kind == "builtin")
+
+
+def _synchronous(
+    disposition: AnyDisposition, builtin: bool, tool: str
+) -> tuple[AnyDisposition, ToolResult | None]:
+    """What a synchronous agent does instead of waiting on the outside ("only asynchronous
+    agents yield partial turns"): a detached isolated call runs attached; a deferred one
+    runs its built-in, or fails saying deferral needs asynchronous mode. runAsync calls
+    are awaited within the step (see `_execute`). Decorators are kept."""
+    _, base = unwrap(disposition)
+    if isinstance(base, RunIsolated) and not base.attached:
+        return _rebase(disposition, base.model_copy(update={"attached": True})), None
+    if isinstance(base, Defer):
+        if builtin:
+            logger.info("synchronous agent: deferred call of %s runs its built-in", tool)
+            return _rebase(disposition, RunSync()), None
+        return disposition, ToolResult.error(
+            "UNAVAILABLE",
+            f"the policy defers {tool!r} ({base.reason}), and deferral needs asynchronous"
+            ' mode (executionMode "asynchronous"); this agent is synchronous and the tool'
+            " has no built-in implementation to run instead",
+        )
+    return disposition, None
+
+
+def _rebase(disposition: AnyDisposition, base: BaseDisposition) -> AnyDisposition:
+    """`disposition` with its innermost disposition replaced by `base`."""
+    if isinstance(disposition, Decorate):
+        return Decorate(decorators=disposition.decorators, inner=_rebase(disposition.inner, base))
+    return base
 
 
 async def _call_step(rt: Runtime, session: Session, holder: Holder) -> StepReport:

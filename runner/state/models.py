@@ -16,13 +16,15 @@ import time
 import uuid
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Version of the session document; a store refuses documents newer than this.
-SESSION_SCHEMA_VERSION = 2
+SESSION_SCHEMA_VERSION = 3
 #: What each version changed, for the message that refuses an unmigrated session.
 SCHEMA_CHANGES = {
     2: "durable retries, deferred-call expiry, the unknown_outcome call state, quarantine",
+    3: "durable model-call retries and the failed status; paused is now called frozen;"
+    " prompt attachments",
 }
 
 CallState = Literal["ready", "running", "deferred", "unknown_outcome", "completed", "failed",
@@ -36,10 +38,14 @@ CALL_STATES: tuple[CallState, ...] = get_args(CallState)
 UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
 
 #: running: can be stepped; waiting: needs results from outside (deferred or detached
-#: isolated calls, or an operator for an unknown outcome); paused: an operator stopped it;
-#: quarantined: recovery kept killing its workers; completed: final answer given.
-SessionStatus = Literal["running", "waiting", "paused", "quarantined", "completed", "cancelled"]
+#: isolated calls, or an operator for an unknown outcome); frozen: an operator stopped it;
+#: quarantined: recovery kept killing its workers; failed: its model call failed for good
+#: (`failure_reason` says why); completed: final answer given.
+SessionStatus = Literal["running", "waiting", "frozen", "quarantined", "failed", "completed",
+                        "cancelled"]  # fmt: skip
 SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
+#: Stored statuses from before a rename, read as their new name.
+RENAMED_STATUSES = {"paused": "frozen"}
 
 
 class Model(BaseModel):
@@ -88,11 +94,24 @@ class ToolResult(Model):
         return f"[{self.status}{code}] {body}"
 
 
+class Attachment(Model):
+    """A file given with a prompt: an image the model sees as an image part (`data` is
+    base64), or UTF-8 text it sees as a text part (`data` is the text)."""
+
+    kind: Literal["image", "text"]
+    name: str  # the file's name, without its directories
+    mime_type: str
+    data: str
+
+
 class UserTurn(Model):
-    """A prompt, or the complete results of the previous LLM turn's tool calls."""
+    """A prompt (with any attachments), or the complete results of the previous LLM
+    turn's tool calls."""
 
     kind: Literal["user"] = "user"
     text: str | None = None
+    #: Files given with the prompt (empty in documents written before attachments).
+    attachments: list[Attachment] = Field(default_factory=list)
     tool_results: list[ToolResultEntry] = Field(default_factory=list)
 
 
@@ -176,8 +195,21 @@ class Session(Model):
     calls: dict[str, TrackedCall] = Field(default_factory=dict)
     final_answer: str | None = None
     quarantine_reason: str | None = None
+    #: Why the session is `failed` (its model call's last error), for `session show`.
+    failure_reason: str | None = None
+    #: The model call being made: attempts counted in the store before each request
+    #: (reset once one succeeds), when the next may start (epoch ms), its last error.
+    llm_attempts: int = 0
+    llm_next_attempt_ms: int | None = None
+    llm_last_error: str | None = None
     created_ms: int = Field(default_factory=now_ms)
     updated_ms: int = Field(default_factory=now_ms)
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _renamed(cls, value: Any) -> Any:
+        """An older store's `paused` is today's `frozen`."""
+        return RENAMED_STATUSES.get(value, value) if isinstance(value, str) else value
 
     @property
     def has_history(self) -> bool:
@@ -238,7 +270,7 @@ class Session(Model):
         if self.status not in ("running", "waiting"):
             return None
         if self.status == "running" and not self.open_calls():
-            return self.updated_ms
+            return self.llm_next_attempt_ms or self.updated_ms  # a model call's backoff
         times = [c.expires_ms for c in self.open_calls()
                  if c.state == "deferred" and c.expires_ms is not None]  # fmt: skip
         times += [c.next_attempt_ms or self.updated_ms for c in self.open_calls()
@@ -264,7 +296,8 @@ def load_document(text: str | bytes) -> Session:
 
 def migrate(session: Session) -> Session:
     """Bring an older session document to SESSION_SCHEMA_VERSION (every change so far
-    only added fields with defaults, so the document itself needs no rewriting)."""
+    only added fields with defaults, or renamed a status that `Session` reads under its
+    new name, so the document itself needs no rewriting)."""
     return session.model_copy(update={"schema_version": SESSION_SCHEMA_VERSION})
 
 

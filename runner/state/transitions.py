@@ -7,7 +7,7 @@ docs/architecture.md shows the same tables (`markdown()`; a test keeps them equa
 `settle` is what every step does before it commits: fold a partial user turn whose calls
 have all ended into a user turn of results, then say whether the session can be stepped
 (running) or needs something from outside (waiting). It never touches a session an
-operator stopped (paused, quarantined, cancelled) or one that is completed.
+operator stopped (frozen, quarantined, cancelled) or one that is failed or completed.
 """
 
 from __future__ import annotations
@@ -61,17 +61,20 @@ SESSION_MOVES: tuple[Move, ...] = (
     Move("running", "waiting", "its open calls need results from outside"),
     Move("waiting", "running", "results arrived (or a call expired): it can be stepped"),
     Move("running", "completed", "the LLM gave its final answer"),
-    Move("running", "paused", "an operator paused it"),
-    Move("waiting", "paused", "an operator paused it"),
-    Move("quarantined", "paused", "an operator paused it"),
-    Move("paused", "running", "`session resume` continued it"),
+    Move("running", "failed", "its model call failed for good: retries spent, or unusable"),
+    Move("failed", "running", "`session resume --retry` (with a fresh retry budget)"),
+    Move("running", "frozen", "an operator froze it (`session freeze`)"),
+    Move("waiting", "frozen", "an operator froze it (`session freeze`)"),
+    Move("quarantined", "frozen", "an operator froze it (`session freeze`)"),
+    Move("frozen", "running", "`session resume` continued it"),
     Move("running", "quarantined", "holders kept dying while advancing it"),
     Move("waiting", "quarantined", "holders kept dying while advancing it"),
     Move("quarantined", "running", "`session resume --unquarantine`"),
     Move("running", "cancelled", "an operator cancelled it"),
     Move("waiting", "cancelled", "an operator cancelled it"),
-    Move("paused", "cancelled", "an operator cancelled it"),
+    Move("frozen", "cancelled", "an operator cancelled it"),
     Move("quarantined", "cancelled", "an operator cancelled it"),
+    Move("failed", "cancelled", "an operator cancelled it"),
 )
 
 _CALL = {(m.source, m.target) for m in CALL_MOVES}

@@ -152,6 +152,12 @@ MIGRATIONS: list[str] = [
     UPDATE sessions SET turn_count = json_array_length(document, '$.turns'),
                         document = json_remove(document, '$.turns', '$.calls');
     """,
+    # 4: the operator's `paused` status is now called `frozen` (`session pause` runs a
+    # step, as in agents-exe); a failed session (`failed`) is never due.
+    """
+    UPDATE sessions SET status = 'frozen', document = json_set(document, '$.status', 'frozen')
+        WHERE status = 'paused';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: Rows are validated when written; reading many at once is one pass of pydantic-core.
@@ -159,7 +165,8 @@ TURN_LIST = TypeAdapter(list[Turn])
 CALL_LIST = TypeAdapter(list[TrackedCall])
 TURN = TypeAdapter(Turn)
 #: Database time in epoch milliseconds: one clock for every process sharing the file.
-DB_NOW = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+# ROUND, not a bare CAST: the julianday round trip can land a hair below the whole ms.
+DB_NOW = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 
 
 #: Sessions whose settled calls this store remembers (see `_settled`).

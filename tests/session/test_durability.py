@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from runner.session import SessionError, ToolResult
+from runner.state import SESSION_SCHEMA_VERSION as VERSION
 from runner.state import ManualClock
 from runner.stores.base import Effect
 from tests.session.conftest import FINAL, agent_doc, calls
@@ -45,10 +46,10 @@ def test_an_older_session_schema_needs_migrate(durable, store):
     session = agent.start("go")
     session.schema_version = 1
     store.save(session)
-    with pytest.raises(SessionError, match="session schema 1; this program uses 2"):
+    with pytest.raises(SessionError, match=f"session schema 1; this program uses {VERSION}"):
         anyio.run(agent.step, session.id)
     anyio.run(replace(agent, migrate=True).step, session.id)
-    assert store.load(session.id).schema_version == 2
+    assert store.load(session.id).schema_version == VERSION
 
 
 def test_an_interrupted_external_call_becomes_unknown_outcome_not_a_rerun(durable, store):

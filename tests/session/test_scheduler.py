@@ -154,7 +154,7 @@ def test_yield_on_timeout_and_synchronous_mode_waits(durable, registry):
     assert anyio.run(sync.resume, session.id).status == "completed"
 
 
-def test_pause_cancel_and_detached_isolated_calls(durable):
+def test_freeze_cancel_and_detached_isolated_calls(durable):
     detached = {"tag": "runIsolated", "attached": False, "spec": {"tag": "localProcess",
                 "argv": [sys.executable, str(MISBEHAVE), "ok"]}}  # fmt: skip
     doc = agent_doc([calls(("a", "w"), ("b", "remote")), FINAL], ["w", "remote"],
@@ -165,8 +165,8 @@ def test_pause_cancel_and_detached_isolated_calls(durable):
     assert {c["tool_call_id"] for c in report.to_dict()["deferred_calls"]} == {"a", "b"}
     after = anyio.run(agent.run_isolated, report.session.id)
     assert after.session.calls["a"].state == "completed" and after.status == "waiting"
-    agent.pause(report.session.id)
-    with pytest.raises(SessionError, match="paused"):
+    assert agent.freeze(report.session.id).status == "frozen"
+    with pytest.raises(SessionError, match="is frozen; `session resume` continues it"):
         anyio.run(agent.step, report.session.id)
     cancelled = agent.cancel(report.session.id)
     assert cancelled.status == "cancelled" and cancelled.calls["b"].state == "cancelled"

@@ -57,7 +57,7 @@ def test_a_session_adopted_from_a_fallback_is_fenced_in_the_primary(tmp_path):
     second = composite.acquire_lease(session.id, "second", 30)
     assert second.fencing_token == first.fencing_token + 1
     loaded = composite.load(session.id)
-    loaded.status = "paused"
+    loaded.status = "frozen"
     with pytest.raises(FencedOut):
         composite.save(loaded, (first,))
     saved = composite.save(loaded, (second,))

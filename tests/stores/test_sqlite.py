@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -208,7 +209,11 @@ def _store_at(path, version: int) -> sqlite3.Connection:
     return db
 
 
-@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+#: The last store schema that kept a session as one document (3 moved them into rows).
+BEFORE_ROWS = 2
+
+
+@pytest.mark.parametrize("version", range(1, BEFORE_ROWS + 1))
 def test_migration_moves_sessions_into_rows(tmp_path, version):
     path = tmp_path / "old.db"
     db = _store_at(path, version)
@@ -231,6 +236,34 @@ def test_migration_moves_sessions_into_rows(tmp_path, version):
         assert [c.id for c in loaded.open_calls()] == [c.id for c in s.open_calls()]
         assert store.with_history(loaded) == s.model_copy(update={"version": 3})
         assert store.load(s.id) == s.model_copy(update={"version": 3})
-        loaded.status = "paused"
+        loaded.status = "frozen"
         assert store.save(loaded).version == 4
         assert store.load(s.id).turns == s.turns
+
+
+def test_migration_renames_a_paused_session_frozen(tmp_path):
+    """Store schema 4: `paused` (an operator's stop) is now `frozen`, in the status
+    column that `list` filters on and in the stored document alike."""
+    path = tmp_path / "old.db"
+    db = _store_at(path, 3)
+    session = Session.start("a", "h1", "only a prompt")
+    header = json.loads(session.header_json()) | {"status": "paused"}
+    db.execute("INSERT INTO sessions VALUES (?, 1, 'paused', 'a', 'h1', 2, ?, 0, 0, NULL, 1)",
+               (session.id, json.dumps(header)))  # fmt: skip
+    db.execute("INSERT INTO session_turns VALUES (?, 0, ?)",
+               (session.id, session.turns[0].model_dump_json()))  # fmt: skip
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    assert store.load(session.id).status == "frozen"
+    assert [s.id for s in store.list("frozen")] == [session.id] and store.list("paused") == []
+    assert store.db.execute("SELECT document ->> '$.status' FROM sessions").fetchone() == (
+        "frozen",
+    )
+
+
+def test_a_document_that_says_paused_reads_as_frozen():
+    """A file store (or any document) written before the rename loads as it is."""
+    session = Session.start("a", "h1", "go")
+    document = json.loads(session.to_json()) | {"status": "paused", "schema_version": 2}
+    assert Session.model_validate(document).status == "frozen"
