@@ -6,9 +6,14 @@ Bad input gets one line on stderr saying what was wrong and where, and a non-zer
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import NoReturn
 
 import typer
+
+#: The level of the library's log lines on stderr (WARNING: retries and recoveries).
+LOG_LEVEL_VARIABLE = "AGENTS_RUNNER_LOG_LEVEL"
 
 app = typer.Typer(
     add_completion=False,
@@ -21,3 +26,12 @@ app = typer.Typer(
 def fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"agents-runner: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def configure_logging() -> None:
+    """The library's log lines on stderr, one per line, at AGENTS_RUNNER_LOG_LEVEL."""
+    name = os.environ.get(LOG_LEVEL_VARIABLE, "WARNING").upper()
+    level = logging.getLevelNamesMapping().get(name)
+    if level is None:
+        fail(f"{LOG_LEVEL_VARIABLE}={name!r}: expected DEBUG, INFO, WARNING or ERROR")
+    logging.basicConfig(level=level, format="agents-runner: %(levelname)s: %(name)s: %(message)s")

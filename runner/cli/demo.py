@@ -24,7 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from runner.cli.app import app, fail
-from runner.cli.session import JsonOption, console
+from runner.cli.common import JsonOption, console
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_AGENT = REPO / "examples" / "agents" / "demo.json"

@@ -12,15 +12,17 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.app import app
-from runner.cli.session import (
+from runner.cli.app import app, configure_logging, fail
+from runner.cli.common import (
     DEFAULT_STORE,
     AgentFileOption,
+    AttachOption,
     JsonOption,
     StoreOption,
     agent_from_file,
     console,
-    open_store,
+    open_sessions,
+    read_attached,
     read_prompt,
     run_async,
 )
@@ -29,6 +31,7 @@ from runner.cli.session import (
 @app.callback()
 def global_options(ctx: typer.Context, agent_file: AgentFileOption = None) -> None:
     """Run an agent's tool calls durably, and the dangerous ones in isolated workers."""
+    configure_logging()
     ctx.obj = {"agent_file": agent_file}
 
 
@@ -37,6 +40,7 @@ def run(
     ctx: typer.Context,
     prompt: Annotated[str | None, typer.Option("--prompt", help="the user's message")] = None,
     file: Annotated[Path | None, typer.Option("--file", help="read the message from FILE")] = None,
+    attach: AttachOption = None,
     agent_file: AgentFileOption = None,
     store: StoreOption = DEFAULT_STORE,
     as_json: JsonOption = False,
@@ -44,14 +48,18 @@ def run(
     """Run to the final answer, or stop when the turn waits on deferred calls and print
     the paused report (session id and continuation tokens) as JSON."""
     text = read_prompt(prompt, file)
-    with open_store(store) as opened:
+    attachments = read_attached(attach)
+    with open_sessions(store) as opened:
         agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
-        report = run_async(agent.run, text)
+        report = run_async(agent.run, text, attachments)
     document = report.to_dict()
     if report.status == "waiting":
         document["status"] = "paused"
         typer.echo(json.dumps(document, ensure_ascii=False))
     elif as_json:
         typer.echo(json.dumps(document, ensure_ascii=False))
-    else:
+    elif report.status != "failed":
         console.print(report.session.final_answer or "")
+    if report.status == "failed":  # a script sees it in the exit code too
+        fail(f"session {report.session.id} failed: {report.session.failure_reason}; fix the"
+             f" cause, then `session resume {report.session.id} --retry`", 1)  # fmt: skip

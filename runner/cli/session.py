@@ -1,157 +1,67 @@
 """`agents-runner session ...`: start, step, resume, wake and inspect durable sessions.
 
-Every command takes `--store PATH` (default .agents-runner/state.db) and `--json`. A
-session keeps the agent definition it started with in the store, so later commands need
-only its id (or a continuation token). Every command that advances a session runs the
-agent in asynchronous mode, whatever its file says.
+Every command takes `--store LOCATION` (default .agents-runner/state.db; see
+runner/cli/common.py for what a location may be) and `--json`. A session keeps the agent
+definition it started with in the store, so later commands need only its id (or a
+continuation token). Every command that advances a session runs the agent in
+asynchronous mode, whatever its file says.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
-import anyio
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
-from envelopes import codec
-from envelopes.v1 import ToolCallResult
 from runner.cli.app import app, fail
-from runner.llm import LLMError
+from runner.cli.common import (
+    DEFAULT_STORE,
+    AgentFileOption,
+    AttachOption,
+    JsonOption,
+    ResumeOption,
+    SessionId,
+    StoreOption,
+    agent_from_file,
+    console,
+    emit,
+    late_of,
+    lease_of,
+    live_holder,
+    now_of,
+    open_sessions,
+    read_attached,
+    read_prompt,
+    run_async,
+    stored_agent,
+    user_errors,
+)
+from runner.cli.display import describe_turn, print_pending, print_report, print_tokens
+from runner.cli.results import read_result
 from runner.session import (
-    AgentError,
     DurableAgent,
     LeaseBusy,
     Session,
-    SessionError,
     StepReport,
-    StoreCapabilityError,
     ToolResult,
-    from_envelope,
-    load_agent,
-    parse_agent,
     pending_entry,
-    require_durable,
-    with_durable_workflows,
 )
 from runner.session.operator import CONDITIONS, conditions, explain
-from runner.state import LlmTurn, PartialUserTurn, UserTurn
-from runner.stores import DurableStore, StoreError
-from runner.stores import open_store as open_location
+from runner.state.transitions import overdue
+from runner.stores import SessionStore
 
-DEFAULT_STORE = ".agents-runner/state.db"
-#: Largest result file `session complete` reads.
-MAX_RESULT_FILE_BYTES = 16 * 1024 * 1024
+#: How long `complete --resume` waits for a session's lease that someone has just let go.
+RESUME_LEASE_WAIT_S = 1.0
 
-StoreOption = Annotated[
-    str,
-    typer.Option("--store", envvar="AGENTS_RUNNER_STORE",
-                 help="the store: PATH or sqlite:PATH (SQLite), file:DIR, or LOC,LOC (a"
-                      " composite whose first store takes the writes)"),
-]  # fmt: skip
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
-AgentFileOption = Annotated[
-    Path | None, typer.Option("--agent-file", help="the agent definition (JSON)")
-]
-SessionId = Annotated[str, typer.Argument(help="the session id")]
 
 session_app = typer.Typer(no_args_is_help=True, help="Durable sessions: start, wake, inspect.")
+
+
 app.add_typer(session_app, name="session")
-console = Console(highlight=False)
-
-T = TypeVar("T")
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn every expected failure into one line on stderr (2: bad input, 1: the rest)."""
-    try:
-        yield
-    except (AgentError, SessionError, StoreCapabilityError) as exc:
-        fail(str(exc), 2)
-    except (StoreError, LLMError, LeaseBusy) as exc:
-        fail(str(exc), 1)
-
-
-@contextmanager
-def open_store(location: str) -> Iterator[DurableStore]:
-    """The store at `location`, closed when the command is done with it. The commands
-    advance sessions from separate processes, so the store must fence (a file store
-    alone is refused with the reason)."""
-    with user_errors():
-        store = open_location(location)
-    try:
-        with user_errors():
-            durable = require_durable(store, "the session commands (separate processes)")
-        yield durable
-    finally:
-        store.close()
-
-
-def stored_agent(
-    store: DurableStore, session_id: str, agent_file: Path | None = None, **options: Any
-) -> DurableAgent:
-    """The agent a session started with, from the store (or `agent_file`, checked against
-    it when the session advances), in asynchronous mode. `options`: DurableAgent fields
-    such as migrate=True or allow_agent_change=True."""
-    with user_errors():
-        session = store.load(session_id, history=False)
-        if agent_file is not None:
-            agent = load_agent(agent_file)
-        else:
-            agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
-    durable = with_durable_workflows(agent.with_mode("asynchronous"), store)
-    return replace(durable, **options)
-
-
-def agent_from_file(path: Path | None, store: DurableStore) -> DurableAgent:
-    if path is None:
-        fail("--agent-file is required (before or after the command name)")
-    with user_errors():
-        return with_durable_workflows(load_agent(path), store)
-
-
-def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
-    with user_errors():
-        return anyio.run(function, *args)
-
-
-def emit(document: dict[str, Any], as_json: bool, human: Callable[[], None]) -> None:
-    if as_json:
-        typer.echo(json.dumps(document, ensure_ascii=False))
-    else:
-        human()
-
-
-def print_report(report: StepReport, as_json: bool) -> None:
-    def human() -> None:
-        session = report.session
-        console.print(f"session [bold]{session.id}[/] is [bold]{session.status}[/]")
-        if report.ran:
-            console.print(f"ran: {', '.join(report.ran)}")
-        if session.status == "completed":
-            console.print(session.final_answer or "")
-        if session.status == "waiting":
-            print_pending(session)
-
-    emit(report.to_dict(), as_json, human)
-
-
-def print_pending(session: Session) -> None:
-    table = Table("tool", "tool_call_id", "state", "continuation token", "why")
-    for call in session.open_calls():
-        table.add_row(call.tool, call.id, call.state, call.token, call.defer_reason or "")
-    console.print(table)
-
-
-# --- commands ------------------------------------------------------------------------
 
 
 @session_app.command("start")
@@ -159,37 +69,27 @@ def start(
     ctx: typer.Context,
     prompt: Annotated[str | None, typer.Option("--prompt", help="the user's message")] = None,
     file: Annotated[Path | None, typer.Option("--file", help="read the message from FILE")] = None,
+    attach: AttachOption = None,
     step: Annotated[bool, typer.Option("--step", help="also run the first step")] = False,
     agent_file: AgentFileOption = None,
     store: StoreOption = DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
-    """Start a session (and with --step, run its first step)."""
+    """Start a session and print `session-id: ID` (with --step, also run its first step)."""
     text = read_prompt(prompt, file)
-    with open_store(store) as opened:
+    attachments = read_attached(attach)
+    with open_sessions(store) as opened:
         agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
         with user_errors():
-            session = agent.start(text)
+            session = agent.start(text, attachments)
         if step:
+            if not as_json:
+                typer.echo(f"session-id: {session.id}")
             stepper = stored_agent(opened, session.id)
             print_report(run_async(stepper.step, session.id), as_json)
             return
     emit({"session_id": session.id, "status": session.status}, as_json,
-         lambda: console.print(f"started session [bold]{session.id}[/]"))  # fmt: skip
-
-
-def read_prompt(prompt: str | None, file: Path | None) -> str:
-    if (prompt is None) == (file is None):
-        fail("give the user's message with exactly one of --prompt TEXT or --file FILE")
-    if file is not None:
-        try:
-            prompt = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            fail(f"--file: cannot read {file}: {exc}")
-    assert prompt is not None
-    if not prompt.strip():
-        fail("the user's message is empty")
-    return prompt
+         lambda: typer.echo(f"session-id: {session.id}"))  # fmt: skip
 
 
 @session_app.command("step")
@@ -197,7 +97,7 @@ def step(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Run one scheduling step."""
-    with open_store(store) as opened:
+    with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id)
         print_report(run_async(agent.step, session_id), as_json)
 
@@ -216,32 +116,68 @@ def resume(
     unquarantine: Annotated[
         bool, typer.Option("--unquarantine", help="let a quarantined session run again")
     ] = False,
+    retry: Annotated[
+        bool, typer.Option("--retry", help="run a failed session again (a fresh budget)")
+    ] = False,
     store: StoreOption = DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
-    """Step until the final answer or the next wait (un-pauses a paused session)."""
+    """Step until the final answer or the next wait (continues a frozen session; with
+    --retry, a failed one)."""
     chosen = agent_file or (ctx.obj or {}).get("agent_file")
-    with open_store(store) as opened:
+    with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id, chosen, migrate=migrate,
                              allow_agent_change=allow_agent_change)  # fmt: skip
 
         async def go() -> StepReport:
-            return await agent.resume(session_id, unquarantine=unquarantine)
+            return await agent.resume(session_id, unquarantine=unquarantine, retry=retry)
 
-        print_report(run_async(go), as_json)
+        report = run_async(go)
+        print_report(report, as_json)
+    if report.status == "failed":  # printed above; a script sees it in the exit code too
+        fail(f"session {session_id} failed: {report.session.failure_reason}; fix the cause,"
+             f" then `session resume {session_id} --retry`", 1)  # fmt: skip
 
 
 @session_app.command("pause")
 def pause(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
-    """Stop a session from being stepped until `session resume`."""
-    with open_store(store) as opened:
+    """Run one asynchronous step and persist it, like `step`; when the turn yields, print
+    the continuation tokens of the calls it waits on (agents-exe's pause; `session
+    freeze` is what stops a session)."""
+    with open_sessions(store) as opened:
+        agent = stored_agent(opened, session_id)
+        report = run_async(agent.step, session_id)
+    session = report.session
+    document = {**report.to_dict(),
+                "continuation_tokens": [c.token for c in session.waiting_on()]}  # fmt: skip
+
+    def human() -> None:
+        if session.status == "completed":
+            typer.echo("Session completed.")
+            typer.echo(session.final_answer or "")
+            return
+        typer.echo(f"session {session.id} is {session.status}"
+                   + (" (the turn yielded)" if session.status == "waiting" else ""))  # fmt: skip
+        if report.ran:
+            typer.echo(f"ran: {', '.join(report.ran)}")
+        print_tokens(session)
+
+    emit(document, as_json, human)
+
+
+@session_app.command("freeze")
+def freeze(
+    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+) -> None:
+    """Stop a session from being stepped, by anyone, until `session resume`."""
+    with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id)
         with user_errors():
-            session = agent.pause(session_id)
+            session = agent.freeze(session_id)
     emit({"session_id": session.id, "status": session.status}, as_json,
-         lambda: console.print(f"session {session.id} is paused"))  # fmt: skip
+         lambda: typer.echo(f"session {session.id} is {session.status}"))  # fmt: skip
 
 
 @session_app.command("cancel")
@@ -249,7 +185,7 @@ def cancel(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Cancel a session and every call still open."""
-    with open_store(store) as opened:
+    with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id)
         with user_errors():
             session = agent.cancel(session_id)
@@ -261,12 +197,22 @@ def cancel(
 def pending(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
-    """List the calls still open, with their continuation tokens."""
-    with open_store(store) as opened, user_errors():
+    """Show each open call's tool, call id, continuation token and disposition (a
+    deferred call past its expiry as expired)."""
+    with open_sessions(store) as opened, user_errors():
         session = opened.load(session_id, history=False)  # open calls are all loaded
-    document = {"session_id": session.id, "status": session.status,
-                "pending": [pending_entry(c) for c in session.open_calls()]}  # fmt: skip
-    emit(document, as_json, lambda: print_pending(session))
+        now = now_of(opened)
+    late = {c.id for c in overdue(session, now)}
+    entries = [pending_entry(c, overdue=c.id in late) for c in session.open_calls()]
+    document = {"session_id": session.id, "status": session.status, "calls": entries}
+
+    def human() -> None:
+        if not entries:
+            typer.echo(f"No pending calls in session {session.id} ({session.status}).")
+        else:
+            print_pending(session, now)
+
+    emit(document, as_json, human)
 
 
 @session_app.command("run-isolated")
@@ -274,39 +220,16 @@ def run_isolated(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Run the detached isolated calls a session waits on, and record their results."""
-    with open_store(store) as opened:
+    with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id)
         print_report(run_async(agent.run_isolated, session_id), as_json)
 
 
-def read_result(path: Path) -> ToolResult:
-    """A result file: a ToolCallResult envelope, any other JSON (a JSON result), or text."""
-    try:
-        with open("/dev/stdin", "rb") if str(path) == "-" else path.open("rb") as handle:
-            data = handle.read(MAX_RESULT_FILE_BYTES + 1)
-    except OSError as exc:
-        fail(f"cannot read the result file {path}: {exc.strerror}")
-    if len(data) > MAX_RESULT_FILE_BYTES:
-        fail(f"the result file {path} is larger than {MAX_RESULT_FILE_BYTES} bytes")
-    if not data.strip():
-        fail(f"the result file {path} is empty; a result needs some content")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        fail(f"the result file {path} is not UTF-8 text: {exc}")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return ToolResult.ok(text)
-    if isinstance(value, dict) and value.get("kind") == "ToolCallResult":
-        try:
-            return from_envelope(ToolCallResult.model_validate(value))
-        except ValidationError as exc:
-            fail(f"{path}: not a valid ToolCallResult: {codec.describe_validation_error(exc)}")
-    return ToolResult.ok(value)
-
-
-def wake_by_token(store: DurableStore, token: str, result: ToolResult, as_json: bool) -> None:
+def wake_by_token(
+    store: SessionStore, token: str, result: ToolResult, as_json: bool, resume: bool = False
+) -> None:
+    """Give the call with `token` its result; with `resume`, then continue its session
+    here (agents-exe's autoResume) unless a live process holds it."""
     with user_errors():
         found = store.find(token)
     if found is None:
@@ -317,6 +240,15 @@ def wake_by_token(store: DurableStore, token: str, result: ToolResult, as_json: 
     if report.conflicting:
         fail(f"call {found.call_id} already ended with a different result; this one was"
              " refused and nothing changed (see `session show`)", 1)  # fmt: skip
+    session = report.session
+    continued: StepReport | None = None
+    holder: str | None = None
+    if resume and session.status == "running":
+        continued, holder = auto_resume(store, agent, session.id)
+    document: dict[str, Any] = report.to_dict()
+    if resume:
+        document["resumed"] = continued.to_dict() if continued is not None else None
+        document["continued_by"] = holder
 
     def human() -> None:
         if report.late:
@@ -326,36 +258,71 @@ def wake_by_token(store: DurableStore, token: str, result: ToolResult, as_json: 
             console.print(f"call {found.call_id} was already completed; nothing applied")
         else:
             console.print(f"recorded the result of {found.call_id} in session {found.session_id}")
-        console.print(f"{len(report.session.open_calls())} call(s) still open")
+        console.print(f"{len(session.open_calls())} call(s) still open")
+        if holder is not None:
+            console.print(f"session {session.id} is held by {holder}, which continues it")
+        elif continued is not None:
+            print_report(continued, False)
+        elif resume:
+            console.print(f"session {session.id} is {session.status}: not resumed"
+                          + (" until its open calls have results"
+                             if session.status == "waiting" else ""))  # fmt: skip
 
-    emit(report.to_dict(), as_json, human)
+    emit(document, as_json, human)
+
+
+def auto_resume(
+    store: SessionStore, agent: DurableAgent, session_id: str
+) -> tuple[StepReport | None, str | None]:
+    """Resume the session here: (its report, None); or (None, who) when a live process
+    holds its lease, which then continues it."""
+    holder = live_holder(store, session_id)
+    if holder is not None:
+        return None, holder
+    quick = replace(agent, lease_wait_s=RESUME_LEASE_WAIT_S)
+
+    async def go() -> StepReport | None:
+        try:
+            return await quick.resume(session_id)
+        except LeaseBusy:  # taken between the look and the try: the taker continues it
+            return None
+
+    report = run_async(go)
+    if report is None:
+        return None, live_holder(store, session_id) or "another process"
+    return report, None
 
 
 @session_app.command("complete")
 def complete(
     token: Annotated[str, typer.Argument(help="the call's continuation token")],
     file: Annotated[Path, typer.Argument(help="the result: JSON, or text; - for stdin")],
+    resume: ResumeOption = False,
     store: StoreOption = DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
-    """Give a deferred call its result (idempotent: a second result is reported, not applied)."""
+    """Give a deferred call its result (idempotent: a second result is reported, not
+    applied). FILE holds a UserToolResponse ({"type": "text"|"json"|"media"|"mixed",
+    ...}), a ToolCallResult envelope, any other JSON (a JSON result), or plain text."""
     result = read_result(file)
-    with open_store(store) as opened:
-        wake_by_token(opened, token, result, as_json)
+    with open_sessions(store) as opened:
+        wake_by_token(opened, token, result, as_json, resume)
 
 
 @session_app.command("fail")
 def fail_call(
     token: Annotated[str, typer.Argument(help="the call's continuation token")],
     reason: Annotated[str, typer.Option("--reason", help="what the model is told")],
+    resume: ResumeOption = False,
     store: StoreOption = DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """Fail a deferred call; the model sees the reason."""
     if not reason.strip():
         fail("--reason must say why the call failed")
-    with open_store(store) as opened:
-        wake_by_token(opened, token, ToolResult.error("TOOL_FAILED", reason), as_json)
+    failed = ToolResult.error("TOOL_FAILED", reason)
+    with open_sessions(store) as opened:
+        wake_by_token(opened, token, failed, as_json, resume)
 
 
 @session_app.command("retry")
@@ -366,7 +333,7 @@ def retry(
     as_json: JsonOption = False,
 ) -> None:
     """Run a call in unknown_outcome again (needs --force: it may have had its effects)."""
-    with open_store(store) as opened:
+    with open_sessions(store) as opened:
         with user_errors():
             found = opened.find(token)
         if found is None:
@@ -391,12 +358,14 @@ def list_sessions(
     if status is not None and status not in CONDITIONS:
         fail(f"--status: expected one of {', '.join(CONDITIONS)}, got {status!r}")
     rows = []
-    with open_store(store) as opened, user_errors():
-        now = opened.now_ms()
+    with open_sessions(store) as opened, user_errors():
+        now = now_of(opened)
         for row in opened.list():
-            found = conditions(opened.load(row.id), opened.lease(row.id), now)
+            listed = opened.load(row.id)
+            found = conditions(listed, lease_of(opened, row.id), now)
             if status is None or status in found:
-                rows.append({**row.__dict__, "conditions": found})
+                reason = {"reason": listed.failure_reason} if listed.failure_reason else {}
+                rows.append({**row.__dict__, "conditions": found, **reason})
 
     def human() -> None:
         table = Table("session", "status", "conditions", "agent", "version")
@@ -413,11 +382,14 @@ def show(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Show a session: its turns, its calls and their results."""
-    with open_store(store) as opened, user_errors():
+    with open_sessions(store) as opened, user_errors():
         session = opened.load(session_id)
-        lease, now = opened.lease(session_id), opened.now_ms()
-        late = opened.late_results(session_id)
+        lease, now = lease_of(opened, session_id), now_of(opened)
+        late = late_of(opened, session_id)
     why = explain(session, lease, now)
+    # Expiry is decided by time: a deferred call past it shows as expired even before
+    # a process holding the lease records it (`overdue` marks those).
+    late_calls = {c.id for c in overdue(session, now)}
 
     def human() -> None:
         console.print(f"session [bold]{session.id}[/] ({session.agent_slug}) is "
@@ -430,21 +402,13 @@ def show(
         table = Table("call", "tool", "state", "attempts", "result")
         for call in session.calls.values():
             text = call.result.text() if call.result else ""
-            table.add_row(call.id, call.tool, call.state, str(call.attempts), text[:120])
+            state = "expired (overdue)" if call.id in late_calls else call.state
+            table.add_row(call.id, call.tool, state, str(call.attempts), text[:120])
         console.print(table)
 
     late_results = [{"call_id": c, "result": r.model_dump()} for c, r in late]
     document = {**json.loads(session.to_json()), "why": why, "late_results": late_results,
                 "conditions": conditions(session, lease, now)}  # fmt: skip
+    for call_id in late_calls:
+        document["calls"][call_id].update(state="expired", overdue=True)
     emit(document, as_json, human)
-
-
-def describe_turn(turn: UserTurn | LlmTurn | PartialUserTurn) -> str:
-    if isinstance(turn, UserTurn):
-        if turn.text is not None:
-            return f"user: {turn.text}"
-        return f"user: results of {', '.join(e.tool_call_id for e in turn.tool_results)}"
-    if isinstance(turn, LlmTurn):
-        calls = ", ".join(f"{c.name}({c.id})" for c in turn.tool_calls)
-        return f"llm: {turn.text or ''}" + (f" -> calls {calls}" if calls else "")
-    return f"(waiting for {', '.join(turn.call_ids)})"

@@ -2,11 +2,17 @@
 advances due sessions under leases.
 
 It asks the store for sessions that are due (ready calls, detached isolated calls,
-retries whose backoff ended, deferred calls past their expiry) and not leased by a live
-holder, takes each one's lease without waiting, runs its calls through their runners,
-commits with its fencing token, and resumes it. Several workers on one store never
-advance the same session at once, so no call runs twice. SIGTERM (or SIGINT) drains: it
-stops claiming, finishes what it holds (releasing each lease), and exits 0.
+retries whose backoff ended, model calls whose backoff ended, deferred calls past their
+expiry) and not leased by a live holder, takes each one's lease without waiting, runs
+its calls through their runners, commits with its fencing token, and resumes it.
+Several workers on one store never advance the same session at once, so no call runs
+twice. SIGTERM (or SIGINT) drains: it stops claiming, finishes what it holds (releasing
+each lease), and exits 0.
+
+A failing model call never keeps a worker busy: the engine stores its budget and next
+attempt time in the session, the worker lets go of it while it backs off, and a session
+whose budget is spent is `failed`, which is never due. Other errors rest the session,
+longer each time they repeat, and are logged with their cause.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import anyio.to_thread
 import typer
 
 from runner.cli.app import app
-from runner.cli.session import DEFAULT_STORE, StoreOption, open_store
+from runner.cli.common import DEFAULT_STORE, StoreOption, open_store
 from runner.isolation import sweep_orphans
 from runner.session import (
     DurableAgent,
@@ -31,10 +37,13 @@ from runner.session import (
     default_owner,
     parse_agent,
 )
+from runner.state import Session
 from runner.stores import DurableStore
 
-#: After an error, a session is left alone this long before the worker tries it again.
+#: After an error, a session is left alone this long before the worker tries it again,
+#: twice as long after each further error in a row, up to MAX_ERROR_BACKOFF_S.
 ERROR_BACKOFF_S = 30.0
+MAX_ERROR_BACKOFF_S = 900.0
 
 
 @app.command("worker")
@@ -51,7 +60,7 @@ def worker(
     ] = False,
 ) -> None:
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
-    with open_store(store) as durable:
+    with open_store(store, "the worker (it shares sessions with other processes)") as durable:
         anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle)
 
 
@@ -63,6 +72,7 @@ async def _serve(
     await anyio.to_thread.run_sync(sweep_orphans)
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
+    errors: dict[str, int] = {}  # session id -> errors in a row
     stopping = anyio.Event()
     drained = anyio.Event()  # set once stopping and the last session in flight is done
 
@@ -80,12 +90,20 @@ async def _serve(
             agent = parse_agent(document, "stored agent").with_mode("asynchronous")
             durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
             report = await durable.work(session_id)
-            log(f"session {session_id}: {report.status}, ran {len(report.ran)} call(s)")
+            errors.pop(session_id, None)
+            log(f"session {session_id}: {report.status}, ran {len(report.ran)} call(s)"
+                + describe(report.session))  # fmt: skip
         except LeaseBusy:
             pass  # another worker got there first
         except Exception as exc:  # one bad session stops nothing; it is logged and rested
-            resting[session_id] = time.monotonic() + ERROR_BACKOFF_S
-            log(f"session {session_id}: {type(exc).__name__}: {exc}")
+            # Model-call failures never come here (the engine records them in the session
+            # and it is not due until its next attempt, or ever once failed): this is
+            # something else, so back off further each time it repeats.
+            count = errors[session_id] = errors.get(session_id, 0) + 1
+            rest = min(ERROR_BACKOFF_S * 2 ** (count - 1), MAX_ERROR_BACKOFF_S)
+            resting[session_id] = time.monotonic() + rest
+            log(f"session {session_id}: error {count} in a row, {type(exc).__name__}: {exc};"
+                f" left alone for {rest:.0f}s")  # fmt: skip
         finally:
             in_flight.discard(session_id)
             if stopping.is_set() and not in_flight:
@@ -116,6 +134,18 @@ def _idle(store: DurableStore, resting: dict[str, float]) -> bool:
     """Nothing running anywhere (another worker may be mid-turn), bar sessions this
     worker already gave up on."""
     return all(row.id in resting for row in store.list("running"))
+
+
+def describe(session: Session) -> str:
+    """What the log line adds for a session that failed or backs off a model call."""
+    if session.status == "failed":
+        return f"; failed: {session.failure_reason} (`session resume --retry` tries again)"
+    if session.llm_next_attempt_ms is not None and session.llm_last_error:
+        return (
+            f"; model call attempt {session.llm_attempts} failed"
+            f" ({session.llm_last_error}), due again at {session.llm_next_attempt_ms}"
+        )
+    return ""
 
 
 def log(message: str) -> None:

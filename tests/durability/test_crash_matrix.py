@@ -288,7 +288,7 @@ def test_13_completed_deferred_calls_are_kept_after_a_kill(ws: Workspace):
     (ws.root / "r.json").write_text('"R"')
     ws.js("session", "complete", tokens["c0"], "r.json")
     ws.cli("session", "complete", tokens["c1"], "r.json", crash_at="store.commit", code=KILLED)
-    pending = ws.js("session", "pending", sid)["pending"]
+    pending = ws.js("session", "pending", sid)["calls"]
     assert {p["tool_call_id"] for p in pending} == {"c1", "c2"}  # c0 is kept, never asked for
     for call in ("c1", "c2"):
         ws.js("session", "complete", tokens[call], "r.json")

@@ -14,6 +14,7 @@ CLI = [sys.executable, "-m", "runner.cli"]
 EXTERNAL = {"type": "object", "properties": {"q": {"type": "string"}}}
 AGENT = {
     "slug": "walk",
+    "executionMode": "asynchronous",
     "provider": {"tag": "scripted", "script": "walk.script.json"},
     "tools": [
         {"name": "fetch_local", "parameters": {"type": "object"}},
@@ -58,7 +59,7 @@ def test_the_walkthrough_start_resume_pending_complete_twice_resume(workspace):
     assert started["status"] == "running"
     paused = js(workspace, "session", "resume", sid)
     assert paused["status"] == "waiting" and paused["ran"] == ["l"]
-    pending = js(workspace, "session", "pending", sid)["pending"]
+    pending = js(workspace, "session", "pending", sid)["calls"]
     tokens = {p["tool"]: p["continuation_token"] for p in pending}
     assert set(tokens) == {"remote_a", "remote_b"}
     (workspace / "a.json").write_text('{"rows": 3}')
@@ -97,12 +98,12 @@ def test_run_pauses_with_the_report_and_global_agent_file(workspace):
     assert "a=[error TOOL_FAILED] system A is down" in final["final_answer"]
 
 
-def test_pause_and_cancel(workspace):
+def test_freeze_and_cancel(workspace):
     sid = js(workspace, "session", "start", "--agent-file", "walk.json", "--prompt", "go",
              "--step")["session_id"]  # fmt: skip
-    assert js(workspace, "session", "pause", sid)["status"] == "paused"
+    assert js(workspace, "session", "freeze", sid)["status"] == "frozen"
     err = cli(workspace, "session", "step", sid, code=2).stderr
-    assert "is paused" in err
+    assert "is frozen; `session resume` continues it" in err
     assert js(workspace, "session", "cancel", sid)["status"] == "cancelled"
 
 

@@ -1,0 +1,203 @@
+"""What the commands share: option types, the store a command opens and what it needs of
+it, the agent a session runs with, and one way to turn expected failures into a line on
+stderr (exit 2 for bad input, 1 for the rest).
+
+The store is an SQLite file (leases: any number of commands and workers may share it), or
+a directory for the file-based store. The file store has no leases, so the session
+commands run on it in single-process mode: only one command at a time may advance its
+sessions, and commands that need leases (`worker`) refuse it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import typer
+from rich.console import Console
+
+from runner.cli.app import fail
+from runner.llm import LLMError
+from runner.session import (
+    Agent,
+    AgentError,
+    DurableAgent,
+    LeaseBusy,
+    SessionError,
+    StoreCapabilityError,
+    ToolResult,
+    load_agent,
+    parse_agent,
+    require_durable,
+    with_durable_workflows,
+)
+from runner.session.attachments import AttachmentError, read_attachments
+from runner.state import Attachment, now_ms
+from runner.stores import DurableStore, Lease, SessionStore, StoreError
+from runner.stores import open_store as open_location
+
+DEFAULT_STORE = ".agents-runner/state.db"
+
+
+StoreOption = Annotated[
+    str,
+    typer.Option("--store", envvar="AGENTS_RUNNER_STORE",
+                 help="the store: PATH or sqlite:PATH (SQLite), an existing directory or"
+                      " file:DIR (the file store: one command at a time may advance its"
+                      " sessions), or LOC,LOC (a composite whose first store takes the"
+                      " writes)"),
+]  # fmt: skip
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
+
+
+AgentFileOption = Annotated[
+    Path | None, typer.Option("--agent-file", help="the agent definition (JSON)")
+]
+
+
+SessionId = Annotated[str, typer.Argument(help="the session id")]
+
+
+AttachOption = Annotated[
+    list[Path] | None,
+    typer.Option("--attach", help="attach FILE to the prompt (repeatable): an image (PNG,"
+                 " JPEG, GIF, WebP; 5 MiB) or a UTF-8 text file (1 MiB); 20 MiB in all"),
+]  # fmt: skip
+
+
+ResumeOption = Annotated[
+    bool, typer.Option("--resume", help="then continue the session here, unless a live"
+                       " process holds it (which then continues it)"),
+]  # fmt: skip
+
+
+console = Console(highlight=False, soft_wrap=True)  # long ids stay on one line
+
+
+T = TypeVar("T")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn every expected failure into one line on stderr (2: bad input, 1: the rest)."""
+    try:
+        yield
+    except (AgentError, AttachmentError, SessionError, StoreCapabilityError) as exc:
+        fail(str(exc), 2)
+    except (StoreError, LLMError, LeaseBusy) as exc:
+        fail(str(exc), 1)
+
+
+@contextmanager
+def open_sessions(location: str) -> Iterator[SessionStore]:
+    """The store at `location` for the session commands, closed when the command is done
+    with it: a DurableStore, or a file store (then single-process: see the module doc)."""
+    with user_errors():
+        store = open_location(location)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def open_store(location: str, purpose: str | None = None) -> Iterator[DurableStore]:
+    """The store at `location`, for a command that needs leases (the worker): a store
+    that cannot give them is refused, saying why (`purpose`: what needs them)."""
+    purpose = (
+        purpose or "a command that advances sessions beside other processes, such as `worker`,"
+    )
+    with open_sessions(location) as store:
+        with user_errors():
+            durable = require_durable(store, purpose)
+        yield durable
+
+
+def durable_agent(agent: Agent, store: SessionStore) -> DurableAgent:
+    """`agent` on `store`; single-process when the store has no leases (a file store)."""
+    return with_durable_workflows(agent, store, single_process=not isinstance(store, DurableStore))
+
+
+def now_of(store: SessionStore) -> int:
+    """The store's time (epoch ms), or the wall clock for a store without one."""
+    return store.now_ms() if isinstance(store, DurableStore) else now_ms()
+
+
+def lease_of(store: SessionStore, session_id: str) -> Lease | None:
+    """The session's lease, or None for a store without leases."""
+    return store.lease(session_id) if isinstance(store, DurableStore) else None
+
+
+def late_of(store: SessionStore, session_id: str) -> list[tuple[str, ToolResult]]:
+    """Results that came after their calls ended (a store without leases keeps none)."""
+    return store.late_results(session_id) if isinstance(store, DurableStore) else []
+
+
+def live_holder(store: SessionStore, session_id: str) -> str | None:
+    """Who holds the session's lease and is still renewing it, if anyone."""
+    lease = lease_of(store, session_id)
+    if lease is not None and lease.owner and lease.expires_ms > now_of(store):
+        return lease.owner
+    return None
+
+
+def stored_agent(
+    store: SessionStore, session_id: str, agent_file: Path | None = None, **options: Any
+) -> DurableAgent:
+    """The agent a session started with, from the store (or `agent_file`, checked against
+    it when the session advances), in asynchronous mode. `options`: DurableAgent fields
+    such as migrate=True or allow_agent_change=True."""
+    with user_errors():
+        session = store.load(session_id, history=False)
+        if agent_file is not None:
+            agent = load_agent(agent_file)
+        else:
+            agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
+    durable = durable_agent(agent.with_mode("asynchronous"), store)
+    return replace(durable, **options)
+
+
+def agent_from_file(path: Path | None, store: SessionStore) -> DurableAgent:
+    if path is None:
+        fail("--agent-file is required (before or after the command name)")
+    with user_errors():
+        return durable_agent(load_agent(path), store)
+
+
+def read_attached(paths: list[Path] | None) -> list[Attachment]:
+    """The `--attach` files, read and checked before anything is stored."""
+    with user_errors():
+        return read_attachments(paths or [])
+
+
+def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    with user_errors():
+        return anyio.run(function, *args)
+
+
+def emit(document: dict[str, Any], as_json: bool, human: Callable[[], None]) -> None:
+    if as_json:
+        typer.echo(json.dumps(document, ensure_ascii=False))
+    else:
+        human()
+
+
+def read_prompt(prompt: str | None, file: Path | None) -> str:
+    if (prompt is None) == (file is None):
+        fail("give the user's message with exactly one of --prompt TEXT or --file FILE")
+    if file is not None:
+        try:
+            prompt = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--file: cannot read {file}: {exc}")
+    assert prompt is not None
+    if not prompt.strip():
+        fail("the user's message is empty")
+    return prompt

@@ -1,0 +1,61 @@
+"""Reading the result file `session complete` is given, as agents-exe does: a
+UserToolResponse, a v1 ToolCallResult envelope, any other JSON, or plain text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from envelopes import codec
+from envelopes.agents_exe import (
+    UserToolResponseError,
+    looks_like_user_tool_response,
+    parse_user_tool_response,
+)
+from envelopes.v1 import ToolCallResult
+from runner.cli.app import fail
+from runner.session import (
+    ToolResult,
+    from_envelope,
+    from_output,
+)
+
+#: Largest result file `session complete` reads.
+MAX_RESULT_FILE_BYTES = 16 * 1024 * 1024
+
+
+def read_result(path: Path) -> ToolResult:
+    """A result file: a UserToolResponse (agents-exe's camelCase or the envelope's
+    snake_case), a v1 ToolCallResult envelope, any other JSON (a JSON result), or text."""
+    try:
+        with open("/dev/stdin", "rb") if str(path) == "-" else path.open("rb") as handle:
+            data = handle.read(MAX_RESULT_FILE_BYTES + 1)
+    except OSError as exc:
+        fail(f"cannot read the result file {path}: {exc.strerror}")
+    if len(data) > MAX_RESULT_FILE_BYTES:
+        fail(f"the result file {path} is larger than {MAX_RESULT_FILE_BYTES} bytes")
+    if not data.strip():
+        fail(f"the result file {path} is empty; a result needs some content")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"the result file {path} is not UTF-8 text: {exc}")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return ToolResult.ok(text.strip())  # as agents-exe: `echo 42 > r.txt` gives "42"
+    if looks_like_user_tool_response(value):
+        try:
+            return from_output(parse_user_tool_response(value, str(path)))
+        except UserToolResponseError as exc:
+            fail(f"not a valid UserToolResponse: {exc}")
+        except ValidationError as exc:
+            fail(f"{path}: not a valid UserToolResponse: {codec.describe_validation_error(exc)}")
+    if isinstance(value, dict) and value.get("kind") == "ToolCallResult":
+        try:
+            return from_envelope(ToolCallResult.model_validate(value))
+        except ValidationError as exc:
+            fail(f"{path}: not a valid ToolCallResult: {codec.describe_validation_error(exc)}")
+    return ToolResult.ok(value)
