@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from runner.isolation import EnvelopeName
 from runner.llm import RequestedCall
 
 
@@ -79,7 +80,7 @@ class DockerSpec(_Spec):
 
     tag: Literal["docker"] = "docker"
     image: Annotated[str, Field(min_length=1)]
-    envelope: EnvelopeDialect = "v1"
+    envelope: EnvelopeName = "v1"  # v1, or agents-exe's own envelope
     memory_bytes: Annotated[int | None, Field(alias="memoryBytes", ge=6 * 1024 * 1024)] = None
     cpus: Annotated[float | None, Field(gt=0, le=256)] = None
     pids: Annotated[int | None, Field(ge=1)] = None
@@ -96,7 +97,7 @@ class LocalProcessSpec(_Spec):
     tag: Literal["localProcess"] = "localProcess"
     argv: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
     path: Annotated[str, Field(min_length=1)] | None = None
-    envelope: EnvelopeDialect = "v1"
+    envelope: EnvelopeName = "v1"  # v1, or agents-exe's own envelope
     env: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
     max_result_bytes: Annotated[int, Field(alias="maxResultBytes", ge=1)] = 1024 * 1024
@@ -114,8 +115,6 @@ class LocalProcessSpec(_Spec):
 
 
 IsolationSpec = Annotated[DockerSpec | LocalProcessSpec, Field(discriminator="tag")]
-#: The envelope a worker speaks: agents-runner's v1 (the default) or agents-exe's own.
-EnvelopeDialect = Literal["v1", "agents-exe"]
 
 
 # --- dispositions --------------------------------------------------------------------
