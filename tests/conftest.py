@@ -10,6 +10,7 @@ import pytest
 
 from envelopes.v1 import RequestLimits, ToolCallRequest, ToolRef
 from tests.chat_server import ChatServer, serving
+from tests.postgres_cluster import fresh_database, server_url
 
 REPO = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -43,3 +44,17 @@ def chat_server() -> Iterator[ChatServer]:
     """A scripted chat-completions server on 127.0.0.1 (tests/chat_server.py)."""
     with serving() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The test PostgreSQL cluster's URL (see tests/postgres_cluster.py)."""
+    with server_url() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh database of its own for one test: postgresql://postgres@127.0.0.1:PORT/t_..."""
+    with fresh_database(postgres_server) as url:
+        yield url
