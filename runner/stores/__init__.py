@@ -2,8 +2,10 @@
 
 base.py states the interfaces as types (SessionStore; DurableStore adds leases, fencing,
 the effect ledger and the cache) and the compare-and-set rule; sqlite.py is the embedded
-durable default (one WAL file, numbered migrations); files.py keeps sessions as JSON files
-(single process); composite.py reads through a list of stores and writes to the first.
+durable default (one WAL file, numbered migrations); postgres/ is the same on a PostgreSQL
+server shared by many hosts (SKIP LOCKED claims, LISTEN/NOTIFY); files.py keeps sessions
+as JSON files (single process); composite.py reads through a list of stores and writes to
+the first.
 """
 
 from runner.stores.base import (
@@ -23,6 +25,7 @@ from runner.stores.base import (
 from runner.stores.composite import CompositeStore, DurableCompositeStore
 from runner.stores.files import FileSessionStore
 from runner.stores.locations import open_store
+from runner.stores.postgres import PostgresStore
 from runner.stores.sqlite import SQLiteStore
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "FencedOut",
     "FileSessionStore",
     "Lease",
+    "PostgresStore",
     "SQLiteStore",
     "SessionNotFound",
     "SessionStore",

@@ -9,14 +9,16 @@
   FencedOut, zero rows changed), the effect ledger that records every isolated call before
   and after it runs, late results and the tool cache.
 
-Backends: sqlite.py (durable, the embedded default), files.py (sessions as JSON files;
-single process), composite.py (reads fall through; as durable as its primary).
+Backends: sqlite.py (durable, the embedded default), postgres/ (durable, shared by workers
+on many hosts), files.py (sessions as JSON files; single process), composite.py (reads
+fall through; as durable as its primary).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -199,6 +201,13 @@ class DurableStore(SessionStore):
     @abstractmethod
     def due_sessions(self, limit: int, exclude: Collection[str] = ()) -> list[str]:
         """Sessions a worker can advance now: due, and not leased by a live holder."""
+
+    def wait_for_due(self, timeout_s: float) -> bool:
+        """Block until a session may have become due (True) or `timeout_s` passed (False).
+        A store that can announce it (PostgreSQL's LISTEN/NOTIFY) returns early; this
+        default just sleeps, so a worker polls `due_sessions` every `timeout_s`."""
+        time.sleep(timeout_s)
+        return False
 
     # --- the effect ledger and late results -----------------------------------------
 

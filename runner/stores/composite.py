@@ -120,6 +120,9 @@ class DurableCompositeStore(CompositeStore, DurableStore):
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
         return self.primary.renew_lease(lease, ttl_s)
 
+    def wait_for_due(self, timeout_s: float) -> bool:
+        return self.primary.wait_for_due(timeout_s)
+
     def release_lease(self, lease: Lease) -> None:
         self.primary.release_lease(lease)
 

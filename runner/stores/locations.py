@@ -3,7 +3,8 @@
 PATH or sqlite:PATH     an SQLite file (durable; the default)
 DIR or file:DIR         sessions as JSON files in DIR (DIR alone: an existing directory);
                         no leases, so one process at a time may advance its sessions
-postgresql://...        reserved for a PostgreSQL store (refused until there is one)
+postgresql://... or      a PostgreSQL database (durable, shared by many hosts; a libpq URL:
+postgres://...          user, host, port, database, parameters such as sslmode)
 LOC,LOC,...             a CompositeStore: reads fall through, writes go to the first
                         (durable exactly when the first is)
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from runner.stores.base import SessionStore, StoreError
 from runner.stores.composite import CompositeStore
 from runner.stores.files import FileSessionStore
+from runner.stores.postgres import PostgresStore
 from runner.stores.sqlite import SQLiteStore
 
 POSTGRES_SCHEMES = ("postgres", "postgresql")
@@ -40,8 +42,7 @@ def open_store(location: str | Path) -> SessionStore:
 def _one(location: str) -> SessionStore:
     scheme, colon, rest = location.partition(":")
     if scheme in POSTGRES_SCHEMES and rest.startswith("//"):
-        raise StoreError(f"store location {_redacted(location)!r}: PostgreSQL stores are not"
-                         " supported yet; use an SQLite file or a directory")  # fmt: skip
+        return PostgresStore(location)  # its errors and description never show a password
     if not colon or "/" in scheme or scheme == "":
         if Path(location).is_dir():  # an existing directory is a file store
             return FileSessionStore(location)
@@ -52,15 +53,9 @@ def _one(location: str) -> SessionStore:
         return FileSessionStore(_path(location, rest))
     raise StoreError(
         f"store location {location!r}: unknown kind {scheme!r}; expected a path (an"
-        " SQLite file, or an existing directory for the file store), sqlite:PATH or file:DIR"
+        " SQLite file, or an existing directory for the file store), sqlite:PATH, file:DIR"
+        " or postgresql://..."
     )
-
-
-def _redacted(url: str) -> str:
-    """A URL without the password it may carry (user:secret@host)."""
-    scheme, _, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}" if at else url
 
 
 def _path(location: str, rest: str) -> str:

@@ -1,18 +1,24 @@
 """The crash matrix's helpers: an agent whose tool has a countable external effect, and
 the real CLI run in a subprocess that a named crash point (AGENTS_RUNNER_CRASH_AT) or the
-test itself kills with SIGKILL."""
+test itself kills with SIGKILL, on each durable engine (`ws` is parametrized: sqlite,
+postgres)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
+import psycopg
 import pytest
+
+from runner.stores import DurableStore, open_store
 
 WORKER = Path(__file__).resolve().parent / "effect_worker.py"
 CLI = [sys.executable, "-m", "runner.cli"]
@@ -60,13 +66,67 @@ def agent_document(log: Path, *, effects: str = "external", sleep_s: float | Non
 
 
 class Workspace:
-    def __init__(self, root: Path, composite: bool = False) -> None:
-        self.root, self.store, self.log = root, root / "state.db", root / "effects.log"
-        #: What --store says: the SQLite file, or a composite whose primary it is (in
-        #: front of a file store), which must fence exactly as the file alone does.
+    """One test's directory, store and effect log; `cli`/`popen` run the real CLI on it.
+
+    `kind` is the engine (sqlite, postgres) or "composite": the SQLite file in front of a
+    file store, which must fence exactly as the file alone does. `primary` is the durable
+    store's location; `location` is what --store says."""
+
+    def __init__(self, root: Path, kind: str = "sqlite", postgres_url: str | None = None) -> None:
+        self.root, self.log, self.kind = root, root / "effects.log", kind
+        self.engine = "postgres" if kind == "postgres" else "sqlite"
+        self.sqlite_file = root / "state.db"
+        if kind == "postgres":
+            assert postgres_url is not None
+            self.primary = postgres_url
+        else:
+            self.primary = str(self.sqlite_file)
         self.location = (
-            f"sqlite:{self.store},file:{root / 'files'}" if composite else str(self.store)
-        )
+            f"sqlite:{self.sqlite_file},file:{root / 'files'}" if kind == "composite"
+            else self.primary
+        )  # fmt: skip
+        self._opened: list[DurableStore] = []
+
+    def open_store(self) -> DurableStore:
+        """The durable store itself (the primary), closed when the test ends."""
+        store = open_store(self.primary)
+        assert isinstance(store, DurableStore), store
+        self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._opened:
+            store.close()
+
+    def idle(self) -> bool:
+        """True when no other process is inside a transaction on the store (so nobody
+        waits on a lock it holds): SQLite's write lock is free; no other PostgreSQL
+        session of this database is running a statement or idle in a transaction."""
+        if self.engine == "sqlite":
+            try:
+                with closing(sqlite3.connect(self.sqlite_file, timeout=0.5,
+                                             isolation_level=None)) as db:  # fmt: skip
+                    db.execute("BEGIN IMMEDIATE")
+                    db.execute("ROLLBACK")
+            except sqlite3.OperationalError:  # locked
+                return False
+            return True
+        with psycopg.connect(self.primary, autocommit=True) as db:
+            busy = db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                " AND state IS DISTINCT FROM 'idle'"
+            ).fetchone()
+        return busy is not None and busy[0] == 0
+
+    def check_integrity(self) -> None:
+        """After a kill: SQLite's file is sound; PostgreSQL rolled the killed process's
+        transaction back (no session is left holding locks in it)."""
+        if self.engine == "sqlite":
+            with closing(sqlite3.connect(self.sqlite_file)) as db:
+                assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        else:
+            wait_for(self.idle, 60, "the killed process's transaction is rolled back")
 
     def env(self, crash_at: str | None = None, lease_s: str = LEASE_S,
             barrier: str | None = None) -> dict[str, str]:  # fmt: skip
@@ -113,8 +173,20 @@ class Workspace:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
-@pytest.fixture
-def ws(tmp_path, request) -> Workspace:
-    """A workspace; parametrize indirectly with "composite" to put the SQLite store in
-    front of a file store."""
-    return Workspace(tmp_path, composite=getattr(request, "param", None) == "composite")
+#: What the `ws` fixture runs on unless a test parametrizes it ("composite" as well).
+WORKSPACES = ("sqlite", "postgres")
+
+
+@pytest.fixture(params=WORKSPACES)
+def ws(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Workspace]:
+    """A workspace on each engine; parametrize indirectly to choose ("sqlite",
+    "composite", "postgres")."""
+    kind: str = request.param
+    url = request.getfixturevalue("postgres_url") if kind == "postgres" else None
+    workspace = Workspace(tmp_path, kind, url)
+    try:
+        yield workspace
+    finally:
+        workspace.close()
+    if kind == "postgres":  # the CLI really ran on PostgreSQL, not on a default file
+        assert not workspace.sqlite_file.exists(), list(tmp_path.iterdir())

@@ -1,22 +1,20 @@
 """The crash matrix: the real CLI killed with SIGKILL at named points (or paused with
 SIGSTOP, or held at a barrier), then recovered. Each test asserts the invariant (how
 often the external effect happened, what the ledger and the session say), not only that
-something finished. Scenario 3 in Docker is in test_crash_docker.py."""
+something finished. Every scenario runs on each durable engine (`ws`: sqlite, postgres)
+from this one test code. Scenario 3 in Docker is in test_crash_docker.py."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import signal
-import sqlite3
 import subprocess
 import time
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from runner.stores import SQLiteStore
 from tests.durability.conftest import LONG_LEASE_S, Workspace, agent_document, wait_for
 
 KILLED = -signal.SIGKILL
@@ -74,36 +72,32 @@ def test_3_killed_while_the_local_worker_runs(ws: Workspace, effects: str):
         assert report["status"] == "completed" and ws.effects() == [f"{sid}/c0"]
 
 
-def pause_outside_a_transaction(process: subprocess.Popen[str], store: Path) -> None:
-    """SIGSTOP the process at a moment it holds no write lock on the store (it may have
-    been inside a lease renewal): otherwise its successor would wait on the lock, not on
-    the lease."""
+def pause_outside_a_transaction(process: subprocess.Popen[str], ws: Workspace) -> None:
+    """SIGSTOP the process at a moment it is inside no transaction on the store (it may
+    have been inside a lease renewal): otherwise its successor would wait on its lock,
+    not on the lease."""
     for _ in range(100):
         process.send_signal(signal.SIGSTOP)
         wait_for(lambda: Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1]
                  .split()[0] == "T", 30, "the process stops")  # fmt: skip
-        try:
-            with closing(sqlite3.connect(store, timeout=0.5, isolation_level=None)) as db:
-                db.execute("BEGIN IMMEDIATE")
-                db.execute("ROLLBACK")
+        if ws.idle():
             return
-        except sqlite3.OperationalError:  # locked: let it finish that transaction
-            process.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
-    pytest.fail("the process always held the store's write lock when stopped")
+        process.send_signal(signal.SIGCONT)  # let it finish that transaction
+        time.sleep(0.05)
+    pytest.fail("the process was always inside a transaction on the store when stopped")
 
 
 def history(shown: dict) -> tuple[int, list, dict]:
     return shown["version"], shown["turns"], shown["calls"]
 
 
-@pytest.mark.parametrize("ws", ["sqlite", "composite"], indirect=True)
+@pytest.mark.parametrize("ws", ["sqlite", "composite", "postgres"], indirect=True)
 def test_5_a_holder_paused_past_its_lease_changes_nothing_when_it_wakes(ws: Workspace):
     sid = ws.start(agent_document(ws.log, sleep_s=0.5))
-    store = SQLiteStore(ws.store)
+    store = ws.open_store()
     first = ws.popen("session", "resume", sid, lease_s="2")
     wait_for(ws.started.exists, what="the first holder hands the call to its worker")
-    pause_outside_a_transaction(first, ws.store)
+    pause_outside_a_transaction(first, ws)
     try:
         stale = store.lease(sid)
         wait_for(lambda: store.lease(sid).expires_ms <= store.now_ms(), 60, "the lease lapses")
@@ -151,8 +145,9 @@ def test_6_two_workers_claiming_one_call_at_the_same_instant_run_it_once(ws: Wor
     assert [w.returncode for w in workers] == [0, 0], logs
     assert ws.effects() == [f"{sid}/c0"]
     assert sorted("ran 1 call" in log for log in logs) == [False, True], logs
-    assert SQLiteStore(ws.store).lease(sid).fencing_token == 1  # one claim ever succeeded
-    assert SQLiteStore(ws.store).load(sid).status == "completed"
+    store = ws.open_store()
+    assert store.lease(sid).fencing_token == 1  # one claim ever succeeded
+    assert store.load(sid).status == "completed"
 
 
 def test_7_duplicate_and_conflicting_completion_of_an_unknown_outcome(ws: Workspace):
@@ -182,7 +177,7 @@ def test_8_a_result_after_expiry_stays_expired_and_is_kept_as_late(ws: Workspace
     sid = ws.start(document)
     assert ws.js("session", "resume", sid)["status"] == "waiting"
     call = ws.js("session", "show", sid)["calls"]["c0"]
-    store = SQLiteStore(ws.store)
+    store = ws.open_store()
     wait_for(lambda: store.now_ms() > call["expires_ms"], 60, "the call's expiry passes")
     (ws.root / "r.json").write_text('"approved"')
     for _ in range(2):  # each late result is kept; neither revives the call
@@ -260,14 +255,13 @@ def test_11_a_changed_agent_is_refused_by_name(ws: Workspace):
     ws.js("session", "resume", sid)  # the session now runs the new definition
 
 
-def test_12_killed_inside_sqlite_commits_many_times(ws: Workspace):
+def test_12_killed_inside_store_commits_many_times(ws: Workspace):
     sid = ws.start(agent_document(ws.log, effects="contained", calls=3))
     for nth in range(1, 9):  # every transaction in turn, each killed before COMMIT
         # (these kills are not poison: --unquarantine keeps the session going)
         ws.cli("session", "resume", sid, "--unquarantine", crash_at=f"store.commit@{nth}",
                code=None)  # fmt: skip
-        with sqlite3.connect(ws.store) as db:
-            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        ws.check_integrity()
         shown = ws.js("session", "show", sid)
         kinds = [t["kind"] for t in shown["turns"]]
         assert kinds in (["user"], ["user", "llm", "partial_user"],

@@ -1,4 +1,5 @@
-"""Worker daemons on one store: every call runs exactly once, and SIGTERM drains."""
+"""Worker daemons on one store, on each durable engine: every call runs exactly once, and
+SIGTERM drains."""
 
 from __future__ import annotations
 
@@ -6,12 +7,11 @@ import json
 import signal
 
 from runner.session import parse_agent, with_durable_workflows
-from runner.stores import SQLiteStore
 from tests.durability.conftest import LONG_LEASE_S, Workspace, agent_document, wait_for
 
 
 def test_three_workers_run_200_isolated_calls_exactly_once(ws: Workspace):
-    store = SQLiteStore(ws.store)
+    store = ws.open_store()
     agent = with_durable_workflows(parse_agent(agent_document(ws.log, calls=10)), store)
     sessions = [agent.start("go").id for _ in range(20)]
     # A 1 s lease can lapse on a loaded 2-core machine (a takeover then turns the call in
@@ -33,7 +33,7 @@ def test_three_workers_run_200_isolated_calls_exactly_once(ws: Workspace):
 
 
 def test_sigterm_drains_the_call_in_flight_and_exits(ws: Workspace):
-    store = SQLiteStore(ws.store)
+    store = ws.open_store()
     agent = with_durable_workflows(parse_agent(agent_document(ws.log, sleep_s=1.5)), store)
     sid = agent.start("go").id
     worker = ws.popen("worker", "--poll-seconds", "0.05", lease_s=LONG_LEASE_S)
@@ -48,7 +48,7 @@ def test_sigterm_drains_the_call_in_flight_and_exits(ws: Workspace):
 
 
 def test_two_processes_racing_for_one_session_run_its_call_once(ws: Workspace):
-    store = SQLiteStore(ws.store)
+    store = ws.open_store()
     agent = with_durable_workflows(parse_agent(agent_document(ws.log, sleep_s=0.5)), store)
     sid = agent.start("go").id
     # Long leases: a lapse on a stalled machine would be a takeover, not this race.

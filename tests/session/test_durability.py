@@ -1,4 +1,5 @@
-"""Durable waits, versioned resume and the ledger's say over interrupted calls."""
+"""Durable waits, versioned resume and the ledger's say over interrupted calls, on each
+durable engine (`store` here is tests/conftest.py's `durable_store`: sqlite, postgres)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ import pytest
 from runner.session import SessionError, ToolResult
 from runner.state import SESSION_SCHEMA_VERSION as VERSION
 from runner.state import ManualClock
-from runner.stores.base import Effect
+from runner.stores.base import DurableStore, Effect
 from tests.session.conftest import FINAL, agent_doc, calls
+
+
+@pytest.fixture
+def store(durable_store: DurableStore) -> DurableStore:
+    """Overrides tests/session/conftest.py's SQLite-only store (and so `durable`)."""
+    return durable_store
+
 
 SOON = {"tag": "defer", "reason": "r", "expiresAfterSeconds": 60}
 EXPIRING = {"default": {"tag": "runSync"},

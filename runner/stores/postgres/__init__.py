@@ -1,0 +1,29 @@
+"""The PostgreSQL store: what SQLiteStore does, for workers on many hosts.
+
+`PostgresStore(url)` keeps SQLite's tables and semantics (sessions as a header row plus
+turn and call rows, compare-and-set on the version, the continuation index, the effect
+ledger, late results, the tool cache with its TTL, numbered migrations that refuse a
+database from a newer program). What differs is how it shares one database:
+
+- Leases and fencing tokens in database time (`clock_timestamp()` in ms). Taking a lease
+  is one upsert that only succeeds once the last holder released it or let it expire
+  (counted as a takeover); fencing tokens only grow. A fenced write locks the lease rows
+  `FOR SHARE`, so no newer holder can appear between its check and its commit. Leases
+  have a pool of their own with a short lock timeout: a renewal never waits for a
+  connection behind this process's data calls.
+- Claims that scale: `due_sessions` takes rows `FOR UPDATE SKIP LOCKED` and marks them
+  offered to this store instance for a moment, so workers polling at once get disjoint
+  sessions; a NOTIFY on `agents_runner_due` (when a session is created or saved due
+  without a lease, and when a holder releases a due session) wakes `wait_for_due` on an
+  idle worker's LISTEN connection. Polling remains the fallback.
+- Transient failures are retried without ever applying a write twice; a connection lost
+  mid-COMMIT is resolved by asking the server for the transaction's outcome
+  (connections.py says exactly how).
+"""
+
+from runner.stores.postgres.claims import DUE_CHANNEL
+from runner.stores.postgres.connections import redact
+from runner.stores.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+from runner.stores.postgres.store import PostgresStore
+
+__all__ = ["DUE_CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "redact"]
