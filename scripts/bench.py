@@ -5,7 +5,7 @@ interleaved sample by sample (so a busy machine slows both alike), and reports m
 p95 and the ratio of the medians. It assumes what `scripts/test` sets up: `.venv`, a
 running Docker engine and the images of `scripts/build-images`.
 
-    scripts/bench [--json FILE] [--only local,docker,pool,throughput,sessions]
+    scripts/bench [--json FILE] [--only local,docker,pool,throughput,sessions,postgres]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import docker
+from bench_sessions import bench_postgres, bench_sessions
+from benchkit import Report, Row, compared, p95, render, timed
 
 from envelopes import codec
 from envelopes.v1 import RequestLimits, ToolCallRequest, ToolRef
@@ -41,9 +43,6 @@ from runner.isolation import (
 )
 from runner.isolation.containers import LABEL_MANAGED, LABEL_OWNER, my_owner_token
 from runner.isolation.docker import DEFAULT_SECCOMP_PROFILE
-from runner.llm.scripted import ScriptedLLM
-from runner.session import parse_agent, with_durable_workflows
-from runner.stores import SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
 BASH_IMAGE = "agents-runner/bash-runner:latest"
@@ -54,48 +53,9 @@ EXAMPLE_WORKER = ["bash", str(REPO / "examples/workers/bash/worker.sh")]
 MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCallResult\","
                   "\"version\":\"1.0\",\"id\":\"bench-0\",\"status\":\"ok\","
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
-ROWS = ("local", "docker", "pool", "throughput", "sessions")
-
-
-@dataclass
-class Row:
-    name: str
-    unit: str
-    median: float
-    p95: float
-    samples: int
-    baseline: str = ""
-    baseline_median: float | None = None
-    baseline_p95: float | None = None
-    ratio: float | None = None
-    target: str = ""
-    met: bool | None = None
-    note: str = ""
-
-
-@dataclass
-class Report:
-    machine: dict[str, Any]
-    rows: list[Row] = field(default_factory=list)
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
-def compared(name: str, ours: list[float], baseline_name: str, theirs: list[float],
-             target: float) -> Row:  # fmt: skip
-    ratio = statistics.median(ours) / statistics.median(theirs)
-    return Row(name, "ms", statistics.median(ours), p95(ours), len(ours), baseline_name,
-               statistics.median(theirs), p95(theirs), ratio, f"ratio <= {target:g}",
-               ratio <= target)  # fmt: skip
-
-
-async def timed(action: Callable[..., Awaitable[Any]], *args: Any) -> float:
-    started = time.perf_counter()
-    await action(*args)
-    return (time.perf_counter() - started) * 1000
+ROWS = ("local", "docker", "pool", "throughput", "sessions", "postgres")
+#: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
+POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
 
 
 def request(tool: str, arguments: dict[str, Any], n: int = 0) -> ToolCallRequest:
@@ -293,78 +253,6 @@ def _docker_run(cli: list[str], payload: bytes) -> None:
     json.loads(done.stdout)
 
 
-# --- sessions ----------------------------------------------------------------------------
-
-
-#: The agent every session row runs: the same definition (and hash) at every size, so
-#: the rows differ only in the session's length; the LLM's script is passed beside it.
-SESSION_AGENT = {
-    "slug": "bench-sessions",
-    "executionMode": "asynchronous",
-    "provider": {"tag": "scripted", "responses": [{"text": "unused: the bench passes llm="}]},
-    "tools": [{"name": "echo", "kind": "builtin",
-               "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}},
-              {"name": "later", "kind": "external", "parameters": {"type": "object"}}],
-    "toolCallPolicyConfig": {"default": {"tag": "runSync"}, "rules": [
-        {"match": {"tool": "later"}, "disposition": {"tag": "defer", "reason": "bench"}}]},
-}  # fmt: skip
-
-
-def script_with_turns(turns: int) -> ScriptedLLM:
-    """An LLM script that leaves a session of about `turns` turns waiting: the prompt,
-    then (LLM turn + tool results) pairs of a builtin `echo` call, then a deferred call."""
-    pairs = max(0, (turns - 3) // 2)
-    responses = [{"tool_calls": [{"id": f"e{i}", "name": "echo",
-                                  "arguments": {"text": f"step {i} " + "x" * 100}}]}
-                 for i in range(pairs)]  # fmt: skip
-    responses.append({"tool_calls": [{"id": "wait", "name": "later", "arguments": {}}]})
-    return ScriptedLLM(responses)
-
-
-async def bench_sessions(report: Report, directory: Path, samples: int = 30) -> None:
-    resume: dict[int, list[float]] = {}
-    saves: dict[int, list[float]] = {}
-    for turns in (10, 100, 1000):
-        store = SQLiteStore(directory / f"sessions-{turns}.db")
-        agent = replace(with_durable_workflows(parse_agent(SESSION_AGENT), store),
-                        llm=script_with_turns(turns))  # fmt: skip
-        built = time.perf_counter()
-        stepped = await agent.run("go")
-        while stepped.session.status == "running":  # a resume stops after so many steps
-            stepped = await agent.resume(stepped.session.id)
-        if stepped.session.status != "waiting":
-            raise SystemExit(f"bench: the {turns}-turn session ended {stepped.session.status}")
-        session_id = stepped.session.id
-        built_s = time.perf_counter() - built
-        resume[turns] = [await timed(agent.resume, session_id) for _ in range(samples)]
-        # One step's checkpoint, as the scheduler makes it: load the session, change a
-        # call (as a step does when it runs or finishes one), compare-and-set save.
-        saves[turns] = []
-        session = store.load(session_id, history=False)  # what the scheduler loads
-        (waiting,) = session.open_calls()
-        for n in range(samples):
-            waiting.updated_ms = n
-            started = time.perf_counter()
-            stored = store.save(session)
-            saves[turns].append((time.perf_counter() - started) * 1000)
-            session.version = stored.version
-        count = store.load(session_id).turn_count
-        report.rows.append(Row(f"session checkpoint (store.save), {count} turns",
-                               "ms", statistics.median(saves[turns]), p95(saves[turns]),
-                               samples, target="<= 1 ms", met=p95(saves[turns]) <= 1.0,
-                               note=f"built by the scheduler in {built_s:.1f}s"))  # fmt: skip
-    for turns in (10, 100, 1000):
-        row = Row(f"session resume (waiting), {turns} turns", "ms",
-                  statistics.median(resume[turns]), p95(resume[turns]), samples)  # fmt: skip
-        if turns != 10:
-            row.baseline = "resume at 10 turns"
-            row.baseline_median, row.baseline_p95 = statistics.median(resume[10]), p95(resume[10])
-            row.ratio = row.median / row.baseline_median
-            if turns == 1000:
-                row.target, row.met = "ratio <= 1.5", row.ratio <= 1.5
-        report.rows.append(row)
-
-
 # --- the report --------------------------------------------------------------------------
 
 
@@ -378,28 +266,6 @@ def machine(api: docker.APIClient) -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
     }
-
-
-def fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return ""
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
-
-
-def render(report: Report) -> str:
-    lines = ["agents-runner bench: " + ", ".join(f"{k} {v}" for k, v in report.machine.items())]
-    head = ("row", "unit", "median", "p95", "n", "baseline", "median", "p95", "ratio", "target")
-    table = [head]
-    for r in report.rows:
-        verdict = "" if r.met is None else (" ok" if r.met else " MISSED")
-        table.append((r.name, r.unit, fmt(r.median), fmt(r.p95), str(r.samples), r.baseline,
-                      fmt(r.baseline_median), fmt(r.baseline_p95),
-                      "" if r.ratio is None else f"{r.ratio:.3f}", r.target + verdict))  # fmt: skip
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    for row in table:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
-    lines += [f"  {r.name.strip()}: {r.note}" for r in report.rows if r.note]
-    return "\n".join(lines)
 
 
 async def main(only: tuple[str, ...], json_path: Path | None) -> int:
@@ -421,6 +287,14 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
     if "sessions" in only:
         with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
             await bench_sessions(report, Path(directory))
+    if "postgres" in only:
+        url = os.environ.get(POSTGRES_URL_VARIABLE)
+        if not url:
+            print(f"bench: the postgres rows need {POSTGRES_URL_VARIABLE} (scripts/bench sets"
+                  " it to a throwaway cluster it starts)", file=sys.stderr)  # fmt: skip
+            return 2
+        with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
+            await bench_postgres(report, url, Path(directory))
     report.machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.machine["seconds"] = round(time.perf_counter() - started, 1)
     print(render(report))

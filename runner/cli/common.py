@@ -49,7 +49,8 @@ StoreOption = Annotated[
     typer.Option("--store", envvar="AGENTS_RUNNER_STORE",
                  help="the store: PATH or sqlite:PATH (SQLite), an existing directory or"
                       " file:DIR (the file store: one command at a time may advance its"
-                      " sessions), or LOC,LOC (a composite whose first store takes the"
+                      " sessions), postgresql://USER@HOST/DB (PostgreSQL: workers on many"
+                      " hosts), or LOC,LOC (a composite whose first store takes the"
                       " writes)"),
 ]  # fmt: skip
 

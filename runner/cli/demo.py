@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.panel import Panel
@@ -79,9 +80,9 @@ def agents_runner(*args: str) -> dict[str, Any]:
 
 @app.command("demo")
 def demo(
-    store: Annotated[Path, typer.Option("--store", help="the SQLite store file")] = Path(
-        ".agents-runner/demo.db"
-    ),
+    store: Annotated[
+        str, typer.Option("--store", help="the store: an SQLite file, or postgresql://...")
+    ] = ".agents-runner/demo.db",
     runner: Annotated[
         str, typer.Option("--runner", help="auto, docker or local (for the bash call)")
     ] = "auto",
@@ -95,14 +96,15 @@ def demo(
     problem = docker_problem() if runner != "local" else "--runner local was given"
     if problem and runner == "docker":
         fail(f"--runner docker: {problem}", 1)
-    store.parent.mkdir(parents=True, exist_ok=True)
+    if "://" not in store:  # an SQLite file: its folder may not exist yet
+        Path(store.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agents-runner-demo-") as scratch:
         trace = three_steps(store, problem, Path(scratch), as_json)
     if as_json:
         typer.echo(json.dumps(trace, ensure_ascii=False))
 
 
-def three_steps(store: Path, problem: str | None, scratch: Path, as_json: bool) -> dict[str, Any]:
+def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool) -> dict[str, Any]:
     say = (lambda *a, **k: None) if as_json else console.print
     agent_file = DEMO_AGENT
     note = None
@@ -111,9 +113,9 @@ def three_steps(store: Path, problem: str | None, scratch: Path, as_json: bool) 
                 " not a sandbox (it runs as you, on this host).")  # fmt: skip
         agent_file = local_agent(scratch)
         say(f"[bold yellow]{note}[/]")
-    trace: dict[str, Any] = {"store": str(store), "runner": "local" if problem else "docker",
+    trace: dict[str, Any] = {"store": redacted(store), "runner": "local" if problem else "docker",
                              "note": note, "steps": []}  # fmt: skip
-    common = ("--store", str(store))
+    common = ("--store", store)
 
     say(Panel(f"[bold]Step 1[/]: run the agent (a new process)\nuser: {PROMPT}"))
     first = agents_runner("run", "--agent-file", str(agent_file), "--prompt", PROMPT, *common)
@@ -146,6 +148,15 @@ def three_steps(store: Path, problem: str | None, scratch: Path, as_json: bool) 
     say(calls_table(shown, "after step 3"))
     say(Panel(final["final_answer"], title="final answer"))
     return trace
+
+
+def redacted(store: str) -> str:
+    """The store as the trace shows it: a URL's password is never printed."""
+    parts = urlsplit(store)
+    if parts.password is None:
+        return store
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def calls_table(session: dict[str, Any], title: str) -> Table:

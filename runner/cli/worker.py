@@ -6,8 +6,10 @@ retries whose backoff ended, model calls whose backoff ended, deferred calls pas
 expiry) and not leased by a live holder, takes each one's lease without waiting, runs
 its calls through their runners, commits with its fencing token, and resumes it.
 Several workers on one store never advance the same session at once, so no call runs
-twice. SIGTERM (or SIGINT) drains: it stops claiming, finishes what it holds (releasing
-each lease), and exits 0.
+twice. Between polls it waits for the store to announce due work (PostgreSQL's
+LISTEN/NOTIFY; SQLite only sleeps) or for one of its own sessions to finish, and never
+longer than --poll-seconds: polling is the fallback. SIGTERM (or SIGINT) drains: it
+stops claiming, finishes what it holds (releasing each lease), and exits 0.
 
 A failing model call never keeps a worker busy: the engine stores its budget and next
 attempt time in the session, the worker lets go of it while it backs off, and a session
@@ -75,12 +77,24 @@ async def _serve(
     errors: dict[str, int] = {}  # session id -> errors in a row
     stopping = anyio.Event()
     drained = anyio.Event()  # set once stopping and the last session in flight is done
+    wake = anyio.Event()  # work may be due: announced, a slot freed, or stopping
+
+    async def listen() -> None:
+        """Wait for the store's announcements in a thread, one wait at a time (each
+        bounded by the poll interval; abandoned at exit, so a drain stays prompt)."""
+        while True:
+            heard = await anyio.to_thread.run_sync(
+                store.wait_for_due, poll_s, abandon_on_cancel=True
+            )
+            if heard:
+                wake.set()
 
     async def on_signals() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 log(f"worker {owner}: draining ({len(in_flight)} in flight)")
                 stopping.set()
+                wake.set()
                 return
 
     async def advance(session_id: str) -> None:
@@ -106,12 +120,15 @@ async def _serve(
                 f" left alone for {rest:.0f}s")  # fmt: skip
         finally:
             in_flight.discard(session_id)
+            wake.set()  # a slot is free
             if stopping.is_set() and not in_flight:
                 drained.set()
 
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
+        group.start_soon(listen)
         while not stopping.is_set():
+            wake = anyio.Event()  # before polling: what happens meanwhile wakes the pause
             now = time.monotonic()
             skip = in_flight | {s for s, until in resting.items() if until > now}
             due = await anyio.to_thread.run_sync(
@@ -124,7 +141,7 @@ async def _serve(
                     and await anyio.to_thread.run_sync(_idle, store, resting)):  # fmt: skip
                 break
             with anyio.move_on_after(poll_s):
-                await stopping.wait()
+                await wake.wait()
         # Drain: what is in flight finishes (its leases are released) before we exit.
         await drained.wait() if in_flight else None
         group.cancel_scope.cancel()

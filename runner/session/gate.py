@@ -22,7 +22,13 @@ from runner.isolation import sweep_orphans
 from runner.session.agent import AgentError, parse_agent
 from runner.session.leases import Holder, hold
 from runner.session.runtime import Runtime
-from runner.state import SCHEMA_CHANGES, SESSION_SCHEMA_VERSION, Session, migrate
+from runner.state import (
+    SCHEMA_CHANGES,
+    SESSION_SCHEMA_VERSION,
+    Session,
+    StoreAlignedClock,
+    migrate,
+)
 from runner.state.transitions import expire_due, set_status
 
 logger = logging.getLogger(__name__)
@@ -55,6 +61,9 @@ async def open_session(
     await storage.run(storage.store.load, session_id, history=False)
     wait = wait_s if wait_s is not None else (settings.lease_wait_s or settings.lease_s + 5)
     async with hold(storage, session_id, settings.owner, settings.lease_s, wait) as holder:
+        if holder.lease is not None and isinstance(rt.clock, StoreAlignedClock):
+            # The lease began at the store's now: the engine's clock follows it, free.
+            rt.clock.calibrate(holder.lease.expires_ms - int(settings.lease_s * 1000))
         session = await storage.run(storage.store.load, session_id, history=False)
         takeovers = holder.takeovers
         if takeovers >= settings.poison_after and session.status in ("running", "waiting"):

@@ -39,7 +39,7 @@ from runner.session.prompt import llm_request
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runtime import RunnerFactory, Runtime
 from runner.session.storage import Storage, require_durable
-from runner.state import Attachment, Clock, Session, SystemClock, ToolResult, UserTurn
+from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, UserTurn
 from runner.state.transitions import set_status
 from runner.stores import DurableStore, SessionStore, ToolCache
 from runner.tools import ToolRegistry, default_tools
@@ -77,7 +77,7 @@ class DurableAgent:
     policy: Policy | None = None
     runner_factory: RunnerFactory = runner_for_spec
     tools: ToolRegistry = field(default_factory=default_tools)
-    clock: Clock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=StoreAlignedClock)
     #: Who holds leases taken by this agent, and for how long each lasts unrenewed.
     owner: str = field(default_factory=default_owner)
     lease_s: float = field(default_factory=default_lease_seconds)
@@ -105,6 +105,8 @@ class DurableAgent:
         """Store a new session whose first turn is `prompt` and its `attachments`
         (runner.session.attachments reads them from files); nothing runs yet."""
         session = Session.start(self.agent.slug, self.agent.hash, prompt)
+        if isinstance(self.store, DurableStore):  # stamped on the clock workers compare with
+            session.created_ms = session.updated_ms = self.store.now_ms()
         if attachments:
             session.turns[0] = UserTurn(text=prompt, attachments=list(attachments))
         return self.store.create(session, self.agent.to_document())

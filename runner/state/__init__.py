@@ -5,7 +5,7 @@ transitions.py: the tables of allowed state changes and the functions that apply
 clock.py: the engine's injectable clock. Nothing here does I/O or knows of stores.
 """
 
-from runner.state.clock import Clock, ManualClock, SystemClock
+from runner.state.clock import Clock, ManualClock, StoreAlignedClock, SystemClock
 from runner.state.models import (
     CALL_STATES,
     SCHEMA_CHANGES,
@@ -50,6 +50,7 @@ __all__ = [
     "PartialUserTurn",
     "Session",
     "SessionStatus",
+    "StoreAlignedClock",
     "SystemClock",
     "ToolCall",
     "ToolResult",

@@ -3,6 +3,9 @@
 Tests give the engine a `ManualClock` so that an expiry or a backoff passes when the
 test says, not after a real sleep. Leases do not use it: they are measured in the
 store's own (database) time, the one clock every process sharing a store agrees on.
+The engine's default, `StoreAlignedClock`, is wall time shifted onto that database time
+(the gate calibrates it from every lease it takes, at no extra cost), so a host whose
+clock is off neither expires deferred calls early nor cuts a backoff short.
 """
 
 from __future__ import annotations
@@ -27,6 +30,21 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)
+
+
+class StoreAlignedClock(SystemClock):
+    """Wall time plus the offset to the store's clock last measured (`calibrate`):
+    before the first calibration, plain wall time."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0
+
+    def calibrate(self, store_now_ms: int) -> None:
+        """`store_now_ms` is the store's time now (e.g. a lease's start)."""
+        self.offset_ms = store_now_ms - int(time.time() * 1000)
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000) + self.offset_ms
 
 
 class ManualClock:

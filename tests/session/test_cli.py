@@ -130,12 +130,17 @@ def test_bad_input_gets_one_clear_line(workspace, args, message):
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-def test_the_demo_runs_its_three_steps_with_the_local_runner(tmp_path):
-    done = subprocess.run([*CLI, "demo", "--runner", "local", "--json", "--store",
-                           str(tmp_path / "demo.db")], capture_output=True, text=True,
-                          cwd=REPO, timeout=300)  # fmt: skip
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_the_demo_runs_its_three_steps_with_the_local_runner(tmp_path, engine, request):
+    store = str(tmp_path / "demo.db") if engine == "sqlite" else request.getfixturevalue(
+        "postgres_url")  # fmt: skip
+    done = subprocess.run([*CLI, "demo", "--runner", "local", "--json", "--store", store],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     trace = json.loads(done.stdout)
+    listed = subprocess.run([*CLI, "session", "list", "--json", "--store", store],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert [r["status"] for r in json.loads(listed.stdout)["sessions"]] == ["completed"]
     assert trace["runner"] == "local" and "not a sandbox" in trace["note"]
     assert [s["step"] for s in trace["steps"]] == [1, 2, 2, 3]
     for expected in ('"widgets": 42', '"orders_today": 17', '"open_tickets": 3', "sandbox Linux"):
