@@ -42,6 +42,8 @@ from runner.session import (
 from runner.state import Session
 from runner.stores import DurableStore
 
+#: Longest single wait for the store's announcements (see `listen`).
+LISTEN_SLICE_S = 1.0
 #: After an error, a session is left alone this long before the worker tries it again,
 #: twice as long after each further error in a row, up to MAX_ERROR_BACKOFF_S.
 ERROR_BACKOFF_S = 30.0
@@ -80,11 +82,12 @@ async def _serve(
     wake = anyio.Event()  # work may be due: announced, a slot freed, or stopping
 
     async def listen() -> None:
-        """Wait for the store's announcements in a thread, one wait at a time (each
-        bounded by the poll interval; abandoned at exit, so a drain stays prompt)."""
+        """Wait for the store's announcements in a thread, one short wait at a time: the
+        process's exit waits for that thread, so a slice bounds how long a drain takes
+        once the last session is done (a slice costs no query: LISTEN waits locally)."""
         while True:
             heard = await anyio.to_thread.run_sync(
-                store.wait_for_due, poll_s, abandon_on_cancel=True
+                store.wait_for_due, min(poll_s, LISTEN_SLICE_S), abandon_on_cancel=True
             )
             if heard:
                 wake.set()

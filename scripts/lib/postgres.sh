@@ -45,17 +45,18 @@ start_test_postgres() {
     chown postgres:postgres "$_AR_PG_DIR"
     chmod 700 "$_AR_PG_DIR"
     # initdb refuses root: the cluster belongs to the unprivileged postgres user.
-    if ! runuser -u postgres -- "$bindir/initdb" -D "$_AR_PG_DIR/data" -U postgres \
-        --auth=trust -E UTF8 --no-sync >"$_AR_PG_DIR/initdb.log" 2>&1; then
+    # From the cluster's own directory: the postgres user may not enter the caller's.
+    if ! (cd "$_AR_PG_DIR" && runuser -u postgres -- "$bindir/initdb" -D "$_AR_PG_DIR/data" -U postgres \
+        --auth=trust -E UTF8 --no-sync >"$_AR_PG_DIR/initdb.log" 2>&1); then
         _pg_say "initdb failed; its output:"
         cat "$_AR_PG_DIR/initdb.log" >&2
         return 1
     fi
     port=$(_pg_free_port) || { _pg_say "cannot find a free port on 127.0.0.1"; return 1; }
     # fsync off: the tests kill processes, never the machine; it keeps them quick.
-    if ! runuser -u postgres -- "$bindir/pg_ctl" -D "$_AR_PG_DIR/data" -l "$_AR_PG_DIR/server.log" \
+    if ! (cd "$_AR_PG_DIR" && runuser -u postgres -- "$bindir/pg_ctl" -D "$_AR_PG_DIR/data" -l "$_AR_PG_DIR/server.log" \
         -w -t 60 -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$_AR_PG_DIR -c fsync=off -c max_connections=300" \
-        start >/dev/null; then
+        start >/dev/null); then
         _pg_say "the server did not start; its log:"
         cat "$_AR_PG_DIR/server.log" >&2
         return 1
@@ -70,7 +71,7 @@ stop_test_postgres() {
     [ -n "${_AR_PG_DIR:-}" ] && [ -d "$_AR_PG_DIR" ] || return 0
     bindir=$(_pg_bindir)
     if [ -n "$bindir" ] && [ -f "$_AR_PG_DIR/data/postmaster.pid" ]; then
-        runuser -u postgres -- "$bindir/pg_ctl" -D "$_AR_PG_DIR/data" -m fast -w stop >/dev/null 2>&1 \
+        (cd "$_AR_PG_DIR" && runuser -u postgres -- "$bindir/pg_ctl" -D "$_AR_PG_DIR/data" -m fast -w stop >/dev/null 2>&1) \
             || _pg_say "pg_ctl stop failed; removing $_AR_PG_DIR anyway"
     fi
     rm -rf "$_AR_PG_DIR"
