@@ -77,11 +77,18 @@ def sweep_containers(*, everything: bool = False) -> SweepReport:
 
 
 def sweep_local_workers() -> list[int]:
-    """Kill orphaned local workers of this user; returns the process groups killed."""
+    """Kill orphaned local workers of this user; returns the process groups killed.
+
+    Only workers in this process's PID namespace are judged: an owner token names a pid
+    as its own namespace numbers it, so a worker inside a container (seen from the host
+    with the container's pids in its token) would look orphaned from outside."""
     killed: list[int] = []
+    namespace = _pid_namespace("self")
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
+        if _pid_namespace(proc.name) != namespace:
+            continue  # another PID namespace (a container's): its owners are not ours to see
         try:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
@@ -106,3 +113,11 @@ def sweep_local_workers() -> list[int]:
         logger.info("orphan sweep: killed the process group %d of worker pid %s, whose owner"
                     " %s is gone", group, proc.name, token)  # fmt: skip
     return killed
+
+
+def _pid_namespace(pid: str) -> str | None:
+    """The PID namespace of /proc/PID ("pid:[4026531836]"), or None if unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None

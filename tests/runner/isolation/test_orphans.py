@@ -7,7 +7,10 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -53,6 +56,40 @@ def test_a_worker_whose_owner_lives_is_left_alone(worker):
     mine = worker(owner_environment())
     assert mine.pid not in sweep_local_workers()
     assert mine.poll() is None, "a live owner's worker keeps running"
+
+
+def test_a_worker_in_another_pid_namespace_is_never_judged_from_outside():
+    """A container's worker names its owner by the container's own pids: seen from the
+    host that owner looks gone, so the host's sweep must leave it alone."""
+    token = f"{DEAD_OWNER}-{uuid.uuid4().hex}"  # dead, and unique to this test
+    inside = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child",
+         "env", f"{OWNER_ENV}={token}", "sleep", "600"],
+        env={"PATH": os.environ["PATH"]}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        worker = _wait_for_process_with(token, inside)
+        assert os.readlink(f"/proc/{worker}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        sweep_local_workers()
+        assert Path(f"/proc/{worker}").exists(), "the sweep killed a namespaced worker"
+    finally:
+        inside.kill()
+        inside.wait()
+
+
+def _wait_for_process_with(token: str, parent: subprocess.Popen) -> int:
+    """The pid (as this namespace numbers it) of the process whose environment has it."""
+    marker = f"{OWNER_ENV}={token}".encode()
+    for _ in range(1000):
+        assert parent.poll() is None, "unshare could not start the namespaced worker"
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and marker in (proc / "environ").read_bytes():
+                    return int(proc.name)
+            except OSError:
+                continue
+        time.sleep(0.01)
+    raise AssertionError("the namespaced worker never appeared")
 
 
 def test_no_engine_is_logged_not_raised(monkeypatch, tmp_path, caplog):
