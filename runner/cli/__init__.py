@@ -6,6 +6,7 @@ from runner.cli import (
     demo,  # noqa: F401  (demo)
     isolation,  # noqa: F401  (registers its commands)
     run,  # noqa: F401  (run, and the global --agent-file)
+    serve,  # noqa: F401  (serve)
     session,  # noqa: F401  (session ...)
     worker,  # noqa: F401  (worker)
 )

@@ -6,21 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from envelopes import codec
-from envelopes.agents_exe import (
-    UserToolResponseError,
-    looks_like_user_tool_response,
-    parse_user_tool_response,
-)
-from envelopes.v1 import ToolCallResult
 from runner.cli.app import fail
-from runner.session import (
-    ToolResult,
-    from_envelope,
-    from_output,
-)
+from runner.session import ToolResult
+from runner.session.results import ResultError, result_from_value
 
 #: Largest result file `session complete` reads.
 MAX_RESULT_FILE_BYTES = 16 * 1024 * 1024
@@ -46,16 +34,7 @@ def read_result(path: Path) -> ToolResult:
         value = json.loads(text)
     except json.JSONDecodeError:
         return ToolResult.ok(text.strip())  # as agents-exe: `echo 42 > r.txt` gives "42"
-    if looks_like_user_tool_response(value):
-        try:
-            return from_output(parse_user_tool_response(value, str(path)))
-        except UserToolResponseError as exc:
-            fail(f"not a valid UserToolResponse: {exc}")
-        except ValidationError as exc:
-            fail(f"{path}: not a valid UserToolResponse: {codec.describe_validation_error(exc)}")
-    if isinstance(value, dict) and value.get("kind") == "ToolCallResult":
-        try:
-            return from_envelope(ToolCallResult.model_validate(value))
-        except ValidationError as exc:
-            fail(f"{path}: not a valid ToolCallResult: {codec.describe_validation_error(exc)}")
-    return ToolResult.ok(value)
+    try:
+        return result_from_value(value, str(path))
+    except ResultError as exc:
+        fail(str(exc))

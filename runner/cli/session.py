@@ -9,7 +9,6 @@ asynchronous mode, whatever its file says.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -50,7 +49,7 @@ from runner.session import (
     ToolResult,
     pending_entry,
 )
-from runner.session.operator import CONDITIONS, conditions, explain
+from runner.session.operator import CONDITIONS, conditions, explain, session_document
 from runner.state.transitions import overdue
 from runner.stores import SessionStore
 
@@ -406,9 +405,4 @@ def show(
             table.add_row(call.id, call.tool, state, str(call.attempts), text[:120])
         console.print(table)
 
-    late_results = [{"call_id": c, "result": r.model_dump()} for c, r in late]
-    document = {**json.loads(session.to_json()), "why": why, "late_results": late_results,
-                "conditions": conditions(session, lease, now)}  # fmt: skip
-    for call_id in late_calls:
-        document["calls"][call_id].update(state="expired", overdue=True)
-    emit(document, as_json, human)
+    emit(session_document(session, lease, now, late), as_json, human)

@@ -71,13 +71,37 @@ def worker(
 async def _serve(
     store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool
 ) -> None:
+    stopping = anyio.Event()
+
+    async def on_signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                log(f"worker {default_owner()}: draining")
+                stopping.set()
+                return
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(on_signals)
+        await advance_sessions(store, concurrency, poll_s, stopping, exit_when_idle)
+        group.cancel_scope.cancel()
+
+
+async def advance_sessions(
+    store: DurableStore,
+    concurrency: int,
+    poll_s: float,
+    stopping: anyio.Event,
+    exit_when_idle: bool = False,
+) -> None:
+    """Advance due sessions until `stopping` is set (then drain: what is in flight
+    finishes and its leases are released) or, with `exit_when_idle`, nothing is due.
+    `worker` and `serve` both run this loop; each decides what sets `stopping`."""
     owner, lease_s = default_owner(), default_lease_seconds()
     # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
     await anyio.to_thread.run_sync(sweep_orphans)
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     errors: dict[str, int] = {}  # session id -> errors in a row
-    stopping = anyio.Event()
     drained = anyio.Event()  # set once stopping and the last session in flight is done
     wake = anyio.Event()  # work may be due: announced, a slot freed, or stopping
 
@@ -92,13 +116,10 @@ async def _serve(
             if heard:
                 wake.set()
 
-    async def on_signals() -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                log(f"worker {owner}: draining ({len(in_flight)} in flight)")
-                stopping.set()
-                wake.set()
-                return
+    async def on_stopping() -> None:
+        await stopping.wait()
+        log(f"worker {owner}: draining ({len(in_flight)} in flight)")
+        wake.set()
 
     async def advance(session_id: str) -> None:
         try:
@@ -128,7 +149,7 @@ async def _serve(
                 drained.set()
 
     async with anyio.create_task_group() as group:
-        group.start_soon(on_signals)
+        group.start_soon(on_stopping)
         group.start_soon(listen)
         while not stopping.is_set():
             wake = anyio.Event()  # before polling: what happens meanwhile wakes the pause
@@ -172,4 +193,4 @@ def log(message: str) -> None:
     print(json.dumps({"ts": round(time.time(), 3), "message": message}), file=sys.stderr)
 
 
-__all__ = ["worker"]
+__all__ = ["advance_sessions", "worker"]

@@ -10,7 +10,10 @@ matter of time, not of who next takes the lease; see transitions.overdue).
 
 from __future__ import annotations
 
-from runner.state import Session
+import json
+from typing import Any
+
+from runner.state import Session, ToolResult
 from runner.state.transitions import overdue
 from runner.stores.base import Lease
 
@@ -85,3 +88,19 @@ def _model_retry(session: Session, now_ms: int) -> str:
 def _ago(when_ms: int, now_ms: int) -> str:
     seconds = max(0, now_ms - when_ms) / 1000
     return f"{seconds:.0f}s ago" if seconds >= 1 else "just now"
+
+
+def session_document(
+    session: Session, lease: Lease | None, now_ms: int, late: list[tuple[str, ToolResult]]
+) -> dict[str, Any]:
+    """The session as JSON plus `why`, `late_results` and `conditions` (what `session
+    show --json` prints and the server's GET /v1/sessions/{id} returns). A deferred call
+    past its expiry shows as expired even before a lease holder records it."""
+    document: dict[str, Any] = {
+        **json.loads(session.to_json()), "why": explain(session, lease, now_ms),
+        "late_results": [{"call_id": c, "result": r.model_dump()} for c, r in late],
+        "conditions": conditions(session, lease, now_ms),
+    }  # fmt: skip
+    for call in overdue(session, now_ms):
+        document["calls"][call.id].update(state="expired", overdue=True)
+    return document

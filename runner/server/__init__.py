@@ -1,0 +1,8 @@
+"""`agents-runner serve`'s HTTP API (agents-exe's server): app.py builds the ASGI app,
+routes.py holds the endpoints, auth.py the bearer tokens and roles, problems.py the
+application/problem+json errors and the body cap."""
+
+from runner.server.app import create_app
+from runner.server.auth import AuthError, Grant, load_tokens
+
+__all__ = ["AuthError", "Grant", "create_app", "load_tokens"]

@@ -1,0 +1,68 @@
+"""Bearer tokens and roles. The tokens file is JSON: [{"name", "sha256" (the hex SHA-256
+of the token), "role": "operator"|"worker"|"viewer", "tools"?: [...]}]. The server keeps
+only the hashes, compares them in constant time, and never logs a token.
+
+operator: everything. viewer: read-only (GET). worker: the pending calls of a session
+and completing or failing the continuations of the tools it is granted, nothing else."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from envelopes import codec
+
+Role = Literal["operator", "worker", "viewer"]
+
+
+class AuthError(ValueError):
+    """A tokens file that cannot be used; the message says where and why."""
+
+
+class Grant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+    role: Role
+    tools: tuple[str, ...] = ()
+
+    def may_use(self, tool: str) -> bool:
+        return self.role == "operator" or (self.role == "worker" and tool in self.tools)
+
+
+_GRANTS = TypeAdapter(list[Grant])
+
+
+def load_tokens(path: Path) -> list[Grant]:
+    try:
+        grants = _GRANTS.validate_json(path.read_bytes())
+    except OSError as exc:
+        raise AuthError(f"cannot read the tokens file {path}: {exc.strerror}") from exc
+    except ValidationError as exc:
+        raise AuthError(f"{path}: {codec.describe_validation_error(exc)}") from exc
+    names = [g.name for g in grants]
+    if len(set(names)) != len(names):
+        raise AuthError(f"{path}: token names must be unique")
+    return grants
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def identify(grants: list[Grant], authorization: str | None) -> Grant | None:
+    """The grant whose hash matches the bearer token, or None. Every grant is compared
+    (constant time each), so the time taken says nothing about which one matched."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return None
+    offered = hash_token(authorization[7:].strip())
+    found: Grant | None = None
+    for grant in grants:
+        if hmac.compare_digest(offered, grant.sha256.lower()):
+            found = grant
+    return found

@@ -1,0 +1,273 @@
+"""The endpoints, with agents-exe's semantics. Store and engine calls run in worker
+threads or through the engine's own async API; their expected failures become problems
+(see `engine_errors`), so no client mistake is a 500."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner.server.auth import Grant, identify
+from runner.server.problems import Problem
+from runner.session import (
+    AgentError,
+    DurableAgent,
+    LeaseBusy,
+    SessionError,
+    StoreCapabilityError,
+    ToolResult,
+    load_agent,
+    parse_agent,
+    pending_entry,
+    with_durable_workflows,
+)
+from runner.session.operator import CONDITIONS, conditions, session_document
+from runner.session.results import ResultError, result_from_value
+from runner.state.transitions import overdue
+from runner.stores import DurableStore, SessionNotFound, StoreError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+#: How long `resume: true` waits for a lease someone has just let go.
+RESUME_LEASE_WAIT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    store: DurableStore
+    agents_dir: Path | None
+    grants: list[Grant] | None  # None: no access control (`serve --no-auth`)
+
+
+class CreateSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field(min_length=1, description="a file name in the server's --agents DIR")
+    prompt: str = Field(min_length=1)
+    run: bool = Field(False, description="advance the session until its first wait")
+
+
+class Continuation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    result: Any = Field(description="a UserToolResponse, a ToolCallResult or any JSON")
+    resume: bool = False
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, description="what the model is told")
+    resume: bool = False
+
+
+def settings(request: Request) -> Settings:
+    found: Settings = request.app.state.settings
+    return found
+
+
+def caller(request: Request) -> Grant | None:
+    """Who is asking (None without access control); 401 without a known bearer token."""
+    grants = settings(request).grants
+    if grants is None:
+        return None
+    grant = identify(grants, request.headers.get("authorization"))
+    if grant is None:
+        raise Problem(401, "unauthorized", "a valid bearer token is required")
+    return grant
+
+
+Caller = Annotated[Grant | None, Depends(caller)]
+Config = Annotated[Settings, Depends(settings)]
+
+
+def require(grant: Grant | None, *roles: str) -> None:
+    if grant is not None and grant.role not in roles:
+        raise Problem(403, "forbidden", f"the {grant.role} token {grant.name!r} may not do this")
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """The engine's expected failures as problems."""
+    try:
+        yield
+    except SessionNotFound as exc:
+        raise Problem(404, "unknown_session", str(exc)) from exc
+    except (AgentError, ResultError) as exc:
+        raise Problem(422, "invalid", str(exc)) from exc
+    except (SessionError, LeaseBusy) as exc:
+        raise Problem(409, "conflict", str(exc)) from exc
+    except (StoreError, StoreCapabilityError) as exc:
+        log.warning("store error: %s", exc)
+        raise Problem(503, "store_unavailable", str(exc)) from exc
+
+
+async def call(function: Callable[..., T], *args: Any) -> T:
+    with engine_errors():
+        return await anyio.to_thread.run_sync(function, *args)
+
+
+async def stored_agent(store: DurableStore, session_id: str) -> DurableAgent:
+    session = await call(lambda: store.load(session_id, history=False))
+    document = await call(store.agent_document, session.agent_hash)
+    with engine_errors():
+        agent = parse_agent(document, "stored agent").with_mode("asynchronous")
+    return with_durable_workflows(agent, store)
+
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(config: Config) -> JSONResponse:
+    try:
+        await anyio.to_thread.run_sync(config.store.now_ms)
+    except Exception as exc:  # any failure to reach the store means not ready
+        log.warning("readyz: the store is unreachable: %s", exc)
+        return JSONResponse({"status": "unavailable", "store": str(exc)}, 503)
+    return JSONResponse({"status": "ready"})
+
+
+@router.post("/v1/sessions", status_code=201)
+async def create_session(body: CreateSession, config: Config, who: Caller) -> dict[str, Any]:
+    require(who, "operator")
+    if config.agents_dir is None:
+        raise Problem(422, "no_agents", "the server has no --agents DIR to take agents from")
+    name = body.agent
+    path = config.agents_dir / name
+    if "/" in name or "\\" in name or name.startswith(".") or not path.is_file():
+        raise Problem(422, "unknown_agent", f"body.agent: no agent file {name!r} in the"
+                      " server's agents directory")  # fmt: skip
+    with engine_errors():
+        agent = with_durable_workflows(load_agent(path).with_mode("asynchronous"), config.store)
+    session = await call(agent.start, body.prompt)
+    status = session.status
+    if body.run:
+        # LeaseBusy: a worker took it first, and it advances the session.
+        with engine_errors(), suppress(LeaseBusy):
+            status = (await agent.resume(session.id)).status
+    return {"session_id": session.id, "status": status}
+
+
+@router.get("/v1/sessions")
+async def list_sessions(
+    config: Config, who: Caller, status: Annotated[str | None, Query()] = None
+) -> dict[str, Any]:
+    require(who, "operator", "viewer")
+    if status is not None and status not in CONDITIONS:
+        raise Problem(422, "invalid_field", f"query.status: expected one of"
+                      f" {', '.join(CONDITIONS)}, got {status!r}")  # fmt: skip
+    store = config.store
+
+    def rows() -> list[dict[str, Any]]:
+        now, out = store.now_ms(), []
+        for row in store.list():
+            found = conditions(store.load(row.id), store.lease(row.id), now)
+            if status is None or status in found:
+                out.append({**row.__dict__, "conditions": found})
+        return out
+
+    return {"sessions": await call(rows)}
+
+
+@router.get("/v1/sessions/{session_id}")
+async def show_session(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
+    require(who, "operator", "viewer")
+    store = config.store
+
+    def document() -> dict[str, Any]:
+        session = store.load(session_id)
+        return session_document(session, store.lease(session_id), store.now_ms(),
+                                store.late_results(session_id))  # fmt: skip
+
+    return await call(document)
+
+
+@router.get("/v1/sessions/{session_id}/pending")
+async def pending(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
+    require(who, "operator", "viewer", "worker")
+    store = config.store
+    session = await call(lambda: store.load(session_id, history=False))
+    late = {c.id for c in overdue(session, await call(store.now_ms))}
+    calls = [pending_entry(c, overdue=c.id in late) for c in session.open_calls()
+             if who is None or who.role != "worker" or who.may_use(c.tool)]  # fmt: skip
+    return {"session_id": session.id, "status": session.status, "calls": calls}
+
+
+async def wake(config: Config, who: Grant | None, token: str, result: ToolResult,
+               resume: bool) -> JSONResponse:  # fmt: skip
+    """agents-exe's continuation answers: applied, already_completed (200), unknown_token
+    (404), token_already_completed (409), expired (410, the result kept as late)."""
+    store = config.store
+    found = await call(store.find, token)
+    if found is None:
+        raise Problem(404, "unknown_token", f"no call has the continuation token {token!r}")
+    if who is not None and who.role != "operator":
+        require(who, "worker")
+        session = await call(lambda: store.load(found.session_id))
+        tracked = session.call_by_token(token)
+        if tracked is None or not who.may_use(tracked.tool):
+            raise Problem(403, "forbidden", f"the worker token {who.name!r} is not granted"
+                          f" the tool of this call")  # fmt: skip
+    agent = await stored_agent(store, found.session_id)
+    with engine_errors():
+        report = await agent.wake(found.session_id, [(token, result)])
+    if report.conflicting:
+        raise Problem(409, "token_already_completed", f"call {found.call_id} already ended"
+                      " with a different result; this one was refused")  # fmt: skip
+    if report.late:
+        raise Problem(410, "expired", f"call {found.call_id} had expired; the result is kept"
+                      " as late and changes nothing")  # fmt: skip
+    body: dict[str, Any] = {"status": "already_completed" if report.already_completed
+                            else "applied", "session_id": report.session.id,
+                            "session_status": report.session.status}  # fmt: skip
+    if resume and report.session.status == "running":
+        quick = replace(agent, lease_wait_s=RESUME_LEASE_WAIT_S)
+        with engine_errors():
+            try:
+                body["resumed"] = (await quick.resume(found.session_id)).to_dict()
+            except LeaseBusy:  # held by a live process, which continues it
+                body["resumed"] = None
+    return JSONResponse(body)
+
+
+@router.post("/v1/continuations/{token}")
+async def complete(token: str, body: Continuation, config: Config, who: Caller) -> JSONResponse:
+    with engine_errors():
+        result = result_from_value(body.result, "body.result")
+    return await wake(config, who, token, result, body.resume)
+
+
+@router.post("/v1/continuations/{token}/fail")
+async def fail(token: str, body: Failure, config: Config, who: Caller) -> JSONResponse:
+    if not body.reason.strip():
+        raise Problem(422, "invalid_field", "body.reason: must say why the call failed")
+    return await wake(config, who, token, ToolResult.error("TOOL_FAILED", body.reason),
+                      body.resume)  # fmt: skip
+
+
+@router.post("/v1/sessions/{session_id}/resume")
+async def resume(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
+    require(who, "operator")
+    agent = await stored_agent(config.store, session_id)
+    with engine_errors():
+        return (await agent.resume(session_id)).to_dict()
+
+
+@router.post("/v1/sessions/{session_id}/cancel")
+async def cancel(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
+    require(who, "operator")
+    agent = await stored_agent(config.store, session_id)
+    session = await call(agent.cancel, session_id)
+    return {"session_id": session.id, "status": session.status}
