@@ -23,8 +23,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -53,6 +52,7 @@ from runner.stores.base import (
     VersionConflict,
     cache_key,
 )
+from runner.stores.settled import SettledCalls, terminal_ids, with_earlier
 
 logger = logging.getLogger(__name__)
 
@@ -169,16 +169,8 @@ TURN = TypeAdapter(Turn)
 DB_NOW = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 
 
-#: Sessions whose settled calls this store remembers (see `_settled`).
-SETTLED_CACHE_SIZE = 1024
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _terminal_ids(calls: Iterable[TrackedCall]) -> set[str]:
-    return {c.id for c in calls if c.terminal}
 
 
 class _Connection:
@@ -233,8 +225,7 @@ class SQLiteStore(DurableStore):
         #: settled call. A terminal call never changes again (see runner.state.transitions)
         #: and the store never deletes one, so this only grows. Bounded by session; a miss
         #: only costs rewriting those calls once.
-        self._settled: OrderedDict[str, set[str]] = OrderedDict()
-        self._settled_lock = threading.Lock()
+        self._settled = SettledCalls()
         self._leases: _Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -262,21 +253,6 @@ class SQLiteStore(DurableStore):
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._data.transaction()
-
-    def _remember(self, session_id: str, settled: Iterable[str]) -> None:
-        """Note calls now known to be stored as terminal (after a read or a commit)."""
-        with self._settled_lock:
-            known = self._settled.setdefault(session_id, set())
-            known.update(settled)
-            self._settled.move_to_end(session_id)
-            while len(self._settled) > SETTLED_CACHE_SIZE:
-                self._settled.popitem(last=False)
-
-    def _unsettled(self, session: Session) -> builtins.list[TrackedCall]:
-        """The session's calls not known to be stored as terminal: what a save writes."""
-        with self._settled_lock:
-            known = self._settled.get(session.id, set())
-            return [c for c in session.calls.values() if c.id not in known]
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -324,7 +300,7 @@ class SQLiteStore(DurableStore):
             except sqlite3.IntegrityError:
                 raise StoreError(f"session {session.id} already exists") from None
             self._write_rows(db, stored, 0, list(stored.calls.values()))
-        self._remember(stored.id, _terminal_ids(stored.calls.values()))
+        self._settled.remember(stored.id, terminal_ids(stored.calls.values()))
         return stored
 
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
@@ -368,7 +344,7 @@ class SQLiteStore(DurableStore):
                 raise StoreError(f"cannot read session {session_id}: {exc}") from None
         session = session.model_copy(update={
             "version": version, "first_turn": first, "turns": turns, "calls": calls})  # fmt: skip
-        self._remember(session_id, _terminal_ids(session.calls.values()))
+        self._settled.remember(session_id, terminal_ids(session.calls.values()))
         return session
 
     def with_history(self, session: Session) -> Session:
@@ -395,11 +371,8 @@ class SQLiteStore(DurableStore):
         if len(earlier) != session.first_turn:
             raise StoreError(f"session {session.id}: {len(earlier)} of its first"
                              f" {session.first_turn} turns are stored")  # fmt: skip
-        self._remember(session.id, settled.keys())
-        calls = {**{k: c for k, c in settled.items() if k not in session.calls}, **session.calls}
-        ordered = dict(sorted(calls.items(), key=lambda item: item[1].turn))
-        return session.model_copy(update={
-            "first_turn": 0, "turns": [*earlier, *session.turns], "calls": ordered})  # fmt: skip
+        self._settled.remember(session.id, settled.keys())
+        return with_earlier(session, earlier, settled)
 
     def _calls(
         self, db: sqlite3.Connection, query: str, parameters: tuple[Any, ...]
@@ -412,7 +385,7 @@ class SQLiteStore(DurableStore):
         """One transaction: the compare-and-set on the header, then the new rows."""
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": _now_ms()})  # fmt: skip
-        calls = self._unsettled(session)
+        calls = self._settled.unsettled(session)
         with self._transaction() as db:
             self._check_fences(db, fences)
             row = db.execute(
@@ -432,7 +405,7 @@ class SQLiteStore(DurableStore):
             )  # fmt: skip
             # The last stored turn may have been replaced (a partial turn folds).
             self._write_rows(db, stored, max(row[1] - 1, stored.first_turn), calls)
-        self._remember(stored.id, _terminal_ids(calls))
+        self._settled.remember(stored.id, terminal_ids(calls))
         return stored
 
     def _write_rows(

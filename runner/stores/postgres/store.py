@@ -8,8 +8,7 @@ import json
 import logging
 import threading
 import uuid
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,13 +32,10 @@ from runner.stores.base import (
 from runner.stores.postgres.claims import DUE_CHANNEL, Claims
 from runner.stores.postgres.connections import Connection, Database, one, rows
 from runner.stores.postgres.schema import migrate
-from runner.stores.sqlite import CALL_LIST, SETTLED_CACHE_SIZE, TURN, TURN_LIST
+from runner.stores.settled import SettledCalls, terminal_ids, with_earlier
+from runner.stores.sqlite import CALL_LIST, TURN, TURN_LIST
 
 logger = logging.getLogger(__name__)
-
-
-def _terminal_ids(calls: Iterable[TrackedCall]) -> set[str]:
-    return {c.id for c in calls if c.terminal}
 
 
 class PostgresStore(Claims, DurableStore):
@@ -74,9 +70,7 @@ class PostgresStore(Claims, DurableStore):
         #: Who `due_sessions` offers sessions to: this instance (see there).
         self._instance = f"{uuid.uuid4()}"
         self._offer_ms = int(offer_s * 1000)
-        #: As SQLiteStore._settled: per session, calls known to be stored as terminal.
-        self._settled: OrderedDict[str, set[str]] = OrderedDict()
-        self._settled_lock = threading.Lock()
+        self._settled = SettledCalls()
         self._listener: Connection | None = None
         self._listen_lock = threading.Lock()
         try:
@@ -112,21 +106,6 @@ class PostgresStore(Claims, DurableStore):
         )
         return int(row[0]) if row else 0
 
-    # --- the settled-call cache (as SQLiteStore) ----------------------------------------
-
-    def _remember(self, session_id: str, settled: Iterable[str]) -> None:
-        with self._settled_lock:
-            known = self._settled.setdefault(session_id, set())
-            known.update(settled)
-            self._settled.move_to_end(session_id)
-            while len(self._settled) > SETTLED_CACHE_SIZE:
-                self._settled.popitem(last=False)
-
-    def _unsettled(self, session: Session) -> builtins.list[TrackedCall]:
-        with self._settled_lock:
-            known = self._settled.get(session.id, set())
-            return [c for c in session.calls.values() if c.id not in known]
-
     # --- sessions ----------------------------------------------------------------------
 
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
@@ -160,7 +139,7 @@ class PostgresStore(Claims, DurableStore):
             self._notify_if_due(db, stored)
 
         self._db.write(f"creating session {session.id}", work)
-        self._remember(stored.id, _terminal_ids(stored.calls.values()))
+        self._settled.remember(stored.id, terminal_ids(stored.calls.values()))
         return stored
 
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
@@ -223,7 +202,7 @@ class PostgresStore(Claims, DurableStore):
         session = session.model_copy(
             update={"version": version, "first_turn": first, "turns": turns, "calls": calls}
         )
-        self._remember(session_id, _terminal_ids(session.calls.values()))
+        self._settled.remember(session_id, terminal_ids(session.calls.values()))
         return session
 
     def with_history(self, session: Session) -> Session:
@@ -258,19 +237,15 @@ class PostgresStore(Claims, DurableStore):
                 f"session {session.id}: {len(earlier)} of its first"
                 f" {session.first_turn} turns are stored"
             )
-        self._remember(session.id, settled.keys())
-        calls = {**{k: c for k, c in settled.items() if k not in session.calls}, **session.calls}
-        ordered = dict(sorted(calls.items(), key=lambda item: item[1].turn))
-        return session.model_copy(
-            update={"first_turn": 0, "turns": [*earlier, *session.turns], "calls": ordered}
-        )
+        self._settled.remember(session.id, settled.keys())
+        return with_earlier(session, earlier, settled)
 
     def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
         """One transaction: the fences, the compare-and-set on the header, the new rows."""
         stored = session.model_copy(
             update={"version": session.version + 1, "updated_ms": self._stamp()}
         )
-        calls = self._unsettled(session)
+        calls = self._settled.unsettled(session)
 
         def work(db: Connection) -> None:
             self._check_fences(db, fences)
@@ -305,7 +280,7 @@ class PostgresStore(Claims, DurableStore):
                 self._notify_if_due(db, stored)
 
         self._db.write(f"saving session {session.id}", work)
-        self._remember(stored.id, _terminal_ids(calls))
+        self._settled.remember(stored.id, terminal_ids(calls))
         return stored
 
     def _writerows(
