@@ -158,6 +158,38 @@ MIGRATIONS: list[str] = [
     UPDATE sessions SET status = 'frozen', document = json_set(document, '$.status', 'frozen')
         WHERE status = 'paused';
     """,
+    # 5: the event log behind the server's Server-Sent Events: one row per change of a
+    # call's state or a session's status, written in the transaction that made it; `seq`
+    # is commit order (SQLite has one writer), what `Last-Event-ID` resumes after.
+    """
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        call_id TEXT,
+        data TEXT NOT NULL,
+        at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX events_by_session ON events (session_id, seq);
+    """,
+    # 6: claims: a deferred call handed to an external worker until `expires_ms`. One row
+    # per call; a re-claim writes a new `token`, so the old holder's token matches nothing.
+    # state: held, released (lapsed, claimable again), lapsed (lapsed with external
+    # effects: the call went to unknown_outcome), done (its result was given).
+    """
+    CREATE TABLE claims (
+        session_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        token TEXT NOT NULL UNIQUE,
+        tool TEXT NOT NULL,
+        worker TEXT NOT NULL,
+        state TEXT NOT NULL,
+        claimed_ms INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL,
+        PRIMARY KEY (session_id, call_id)
+    );
+    CREATE INDEX claims_by_state ON claims (state, expires_ms);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: Rows are validated when written; reading many at once is one pass of pydantic-core.

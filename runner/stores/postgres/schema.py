@@ -105,6 +105,41 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX late_results_by_session ON late_results (session_id, received_ms, seq);
     """,
+    # 2: SQLite's schema 5, the event log. `seq` comes from the one `event_counter` row,
+    # updated in the transaction that writes the events: its row lock makes event-writing
+    # commits take turns, so `seq` order is commit order (a sequence's is not, and a
+    # reader resuming after seq N would miss a smaller one committed later).
+    """
+    CREATE TABLE events (
+        seq BIGINT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        call_id TEXT,
+        data TEXT NOT NULL,
+        at_ms BIGINT NOT NULL
+    );
+    CREATE INDEX events_by_session ON events (session_id, seq);
+    CREATE TABLE event_counter (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        last_seq BIGINT NOT NULL
+    );
+    INSERT INTO event_counter VALUES (1, 0);
+    """,
+    # 3: SQLite's schema 6, claims.
+    """
+    CREATE TABLE claims (
+        session_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        token TEXT NOT NULL UNIQUE,
+        tool TEXT NOT NULL,
+        worker TEXT NOT NULL,
+        state TEXT NOT NULL,
+        claimed_ms BIGINT NOT NULL,
+        expires_ms BIGINT NOT NULL,
+        PRIMARY KEY (session_id, call_id)
+    );
+    CREATE INDEX claims_by_state ON claims (state, expires_ms);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: Held (for one transaction) by whoever migrates: an arbitrary constant of our own.
