@@ -18,6 +18,7 @@ from runner.isolation.local import LocalProcessRunner, ProcessLimits
 from runner.isolation.orphans import (
     OWNER_ENV,
     EngineUnavailable,
+    check_engine,
     owner_environment,
     sweep_containers,
     sweep_local_workers,
@@ -47,6 +48,7 @@ __all__ = [
     "SweepReport",
     "UnsupportedExchange",
     "WarmPool",
+    "check_engine",
     "owner_environment",
     "sweep",
     "sweep_containers",

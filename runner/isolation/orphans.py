@@ -55,15 +55,31 @@ def sweep_orphans() -> None:
         logger.warning("orphan sweep: containers not swept: %s", exc)
 
 
+def _engine(timeout_s: float) -> docker.APIClient:
+    try:
+        return docker.APIClient(version="auto", timeout=timeout_s,
+                                **docker.utils.kwargs_from_env())  # fmt: skip
+    except docker.errors.DockerException as exc:
+        raise EngineUnavailable(f"no Docker engine answers: {exc}") from exc
+
+
+def check_engine(timeout_s: float = 5.0) -> None:
+    """EngineUnavailable (saying why) unless the Docker engine answers a ping: what a
+    readiness probe asks before a server takes Docker-isolated calls."""
+    api = _engine(timeout_s)
+    try:
+        api.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineUnavailable(f"the Docker engine does not answer: {exc}") from exc
+    finally:
+        api.close()
+
+
 def sweep_containers(*, everything: bool = False) -> SweepReport:
     """Remove labelled containers whose owner on this machine is gone (with `everything`,
     every labelled container, whoever owns it). Raises EngineUnavailable when no engine
     answers or it goes away mid-sweep: the next sweep removes the rest."""
-    try:
-        api = docker.APIClient(version="auto", timeout=ENGINE_TIMEOUT_S,
-                               **docker.utils.kwargs_from_env())  # fmt: skip
-    except docker.errors.DockerException as exc:
-        raise EngineUnavailable(f"no Docker engine answers: {exc}") from exc
+    api = _engine(ENGINE_TIMEOUT_S)
     try:
         report = sweep(api, everything=everything)
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:

@@ -1,5 +1,6 @@
-"""Errors as application/problem+json ({type, title, status, detail}), and the cap on
-request bodies: no client mistake reaches the generic 500 handler."""
+"""Errors as application/problem+json ({type, title, status, detail}), the cap on
+request bodies, and the OpenAPI entries of those answers: no client mistake reaches the
+generic 500 handler, and every answer is in the document."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ log = logging.getLogger(__name__)
 
 #: Largest request body the server reads.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+PROBLEM_JSON = "application/problem+json"
 
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
           405: "Method Not Allowed", 409: "Conflict", 410: "Gone", 413: "Content Too Large",
@@ -35,7 +37,7 @@ def problem_response(status: int, kind: str, detail: str, **headers: str) -> JSO
     body = {"type": f"urn:agents-runner:problem:{kind}", "title": TITLES.get(status, kind),
             "status": status, "detail": detail}  # fmt: skip
     return JSONResponse(body, status, headers=headers or None,
-                        media_type="application/problem+json")  # fmt: skip
+                        media_type=PROBLEM_JSON)  # fmt: skip
 
 
 def field_path(location: tuple[Any, ...] | list[Any]) -> str:
@@ -115,3 +117,76 @@ class BodyCap:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         detail = f"the request body is larger than {self.limit} bytes"
         await problem_response(413, "body_too_large", detail)(scope, receive, send)
+
+
+# --- the OpenAPI document --------------------------------------------------------------
+
+PROBLEM_REF = "#/components/schemas/Problem"
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "An error (RFC 9457); `detail` names the field path when a field is wrong.",
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "description": "urn:agents-runner:problem:<kind>"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+    },
+    "required": ["type", "title", "status", "detail"],
+}
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """Problem answers for a route's `responses=`: the ones its own code gives (404,
+    409, 410, ...). What every route can answer is added by `document`."""
+    return {status: {"description": TITLES[status],
+                     "content": {PROBLEM_JSON: {"schema": {"$ref": PROBLEM_REF}}}}
+            for status in statuses}  # fmt: skip
+
+
+#: Answered before a route's own code runs: auth and the store for the API under /v1,
+#: the body's cap and strict JSON for a route that takes one, validation for parameters.
+_API_WIDE = (401, 403, 503)
+_WITH_BODY = (400, 413, 415, 422)
+
+
+def document(app: FastAPI) -> None:
+    """Make `app.openapi()` list the app-wide answers of every operation as problems
+    (replacing FastAPI's own 422 schema, which this app never sends) and the bearer
+    scheme, so a fuzzer can hold every answer to the document."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        for path, item in schema.get("paths", {}).items():
+            for operation in item.values():
+                _complete(path, operation)
+        components = schema.setdefault("components", {})
+        schemas = components.setdefault("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        schemas["Problem"] = PROBLEM_SCHEMA
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _complete(path: str, operation: dict[str, Any]) -> None:
+    answers: dict[str, Any] = operation.setdefault("responses", {})
+    wide: list[int] = []
+    if path.startswith("/v1/"):
+        wide += _API_WIDE
+        operation["security"] = [{"bearer": []}]
+    if "requestBody" in operation:
+        wide += _WITH_BODY
+    if operation.get("parameters"):
+        wide.append(422)
+    for status, entry in responses(*wide).items():
+        answers.setdefault(str(status), entry)
+    fastapi_422 = answers.get("422", {}).get("content", {}).get("application/json")
+    if fastapi_422 is not None:
+        answers["422"] = responses(422)[422]

@@ -1,6 +1,9 @@
-"""The endpoints, with agents-exe's semantics. Store and engine calls run in worker
-threads or through the engine's own async API; their expected failures become problems
-(see `engine_errors`), so no client mistake is a 500."""
+"""The seed's endpoints, with agents-exe's semantics (the operator's other actions are
+in actions.py, what POST /v1/sessions takes in is checked in intake.py). Store and engine
+calls run in worker threads or through the engine's own async API; their expected
+failures become problems (see `engine_errors`), so no client mistake is a 500. `Caller`,
+`Config`, `require`, `call`, `wake`, `stored_agent` and `engine_errors` are what the
+other route modules build on."""
 
 from __future__ import annotations
 
@@ -12,20 +15,22 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.server import intake
 from runner.server.auth import Grant, identify
-from runner.server.problems import Problem
+from runner.server.problems import Problem, responses
 from runner.session import (
     AgentError,
     DurableAgent,
     LeaseBusy,
+    Session,
     SessionError,
     StoreCapabilityError,
     ToolResult,
-    load_agent,
+    UnknownToken,
     parse_agent,
     pending_entry,
     with_durable_workflows,
@@ -46,13 +51,28 @@ class Settings:
     store: DurableStore
     agents_dir: Path | None
     grants: list[Grant] | None  # None: no access control (`serve --no-auth`)
+    #: Raises, saying why, when the Docker engine is unreachable (None: not checked).
+    docker_check: Callable[[], None] | None = None
 
 
 class CreateSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    agent: str = Field(min_length=1, description="a file name in the server's --agents DIR")
+    agent: str | dict[str, Any] = Field(
+        description="a file name in the server's --agents DIR, or (operator only) an agent"
+        " definition: the JSON object an agent file holds, its script given as `responses`"
+    )
     prompt: str = Field(min_length=1)
+    attachments: list[intake.AttachmentBody] = Field(
+        default_factory=list, description="files given with the prompt (as `--attach`)"
+    )
     run: bool = Field(False, description="advance the session until its first wait")
+
+
+class Readiness(BaseModel):
+    status: str = Field(description="ready or unavailable")
+    store: str = Field(description="ok, or why the store cannot be reached")
+    docker: str | None = Field(None, description="ok, or why the Docker engine cannot be"
+                               " reached; absent when the server does not check it")  # fmt: skip
 
 
 class Continuation(BaseModel):
@@ -99,6 +119,8 @@ def engine_errors() -> Iterator[None]:
         yield
     except SessionNotFound as exc:
         raise Problem(404, "unknown_session", str(exc)) from exc
+    except UnknownToken as exc:
+        raise Problem(404, "unknown_token", str(exc)) from exc
     except (AgentError, ResultError) as exc:
         raise Problem(422, "invalid", str(exc)) from exc
     except (SessionError, LeaseBusy) as exc:
@@ -129,29 +151,33 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=Readiness, response_model_exclude_none=True,
+            responses={503: {"model": Readiness, "description": "not ready"}})  # fmt: skip
 async def readyz(config: Config) -> JSONResponse:
-    try:
-        await anyio.to_thread.run_sync(config.store.now_ms)
-    except Exception as exc:  # any failure to reach the store means not ready
-        log.warning("readyz: the store is unreachable: %s", exc)
-        return JSONResponse({"status": "unavailable", "store": str(exc)}, 503)
-    return JSONResponse({"status": "ready"})
+    """Ready when the store answers and, when the server checks it, the Docker engine."""
+    body = {"status": "ready", "store": "ok"}
+    checks: list[tuple[str, Callable[[], object]]] = [("store", config.store.now_ms)]
+    if config.docker_check is not None:
+        checks.append(("docker", config.docker_check))
+    for name, check in checks:
+        try:
+            await anyio.to_thread.run_sync(check)
+        except Exception as exc:  # any failure to reach it means not ready
+            log.warning("readyz: the %s is unreachable: %s", name, exc)
+            body[name], body["status"] = str(exc) or type(exc).__name__, "unavailable"
+        else:
+            body[name] = "ok"
+    return JSONResponse(body, 200 if body["status"] == "ready" else 503)
 
 
-@router.post("/v1/sessions", status_code=201)
+@router.post("/v1/sessions", status_code=201, responses=responses(409, 422))
 async def create_session(body: CreateSession, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator")
-    if config.agents_dir is None:
-        raise Problem(422, "no_agents", "the server has no --agents DIR to take agents from")
-    name = body.agent
-    path = config.agents_dir / name
-    if "/" in name or "\\" in name or name.startswith(".") or not path.is_file():
-        raise Problem(422, "unknown_agent", f"body.agent: no agent file {name!r} in the"
-                      " server's agents directory")  # fmt: skip
-    with engine_errors():
-        agent = with_durable_workflows(load_agent(path).with_mode("asynchronous"), config.store)
-    session = await call(agent.start, body.prompt)
+    definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
+                                                who)  # fmt: skip
+    attachments = intake.attachments_of(body.attachments)
+    agent = with_durable_workflows(definition.with_mode("asynchronous"), config.store)
+    session = await call(agent.start, body.prompt, attachments)
     status = session.status
     if body.run:
         # LeaseBusy: a worker took it first, and it advances the session.
@@ -160,7 +186,7 @@ async def create_session(body: CreateSession, config: Config, who: Caller) -> di
     return {"session_id": session.id, "status": status}
 
 
-@router.get("/v1/sessions")
+@router.get("/v1/sessions", responses=responses(422))
 async def list_sessions(
     config: Config, who: Caller, status: Annotated[str | None, Query()] = None
 ) -> dict[str, Any]:
@@ -181,7 +207,7 @@ async def list_sessions(
     return {"sessions": await call(rows)}
 
 
-@router.get("/v1/sessions/{session_id}")
+@router.get("/v1/sessions/{session_id}", responses=responses(404, 409, 422))
 async def show_session(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator", "viewer")
     store = config.store
@@ -194,7 +220,7 @@ async def show_session(session_id: str, config: Config, who: Caller) -> dict[str
     return await call(document)
 
 
-@router.get("/v1/sessions/{session_id}/pending")
+@router.get("/v1/sessions/{session_id}/pending", responses=responses(404, 409, 422))
 async def pending(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator", "viewer", "worker")
     store = config.store
@@ -242,14 +268,14 @@ async def wake(config: Config, who: Grant | None, token: str, result: ToolResult
     return JSONResponse(body)
 
 
-@router.post("/v1/continuations/{token}")
+@router.post("/v1/continuations/{token}", responses=responses(404, 409, 410))
 async def complete(token: str, body: Continuation, config: Config, who: Caller) -> JSONResponse:
     with engine_errors():
         result = result_from_value(body.result, "body.result")
     return await wake(config, who, token, result, body.resume)
 
 
-@router.post("/v1/continuations/{token}/fail")
+@router.post("/v1/continuations/{token}/fail", responses=responses(404, 409, 410))
 async def fail(token: str, body: Failure, config: Config, who: Caller) -> JSONResponse:
     if not body.reason.strip():
         raise Problem(422, "invalid_field", "body.reason: must say why the call failed")
@@ -257,15 +283,54 @@ async def fail(token: str, body: Failure, config: Config, who: Caller) -> JSONRe
                       body.resume)  # fmt: skip
 
 
-@router.post("/v1/sessions/{session_id}/resume")
-async def resume(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
+class ResumeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    retry: bool = Field(False, description="run a failed session again (a fresh model-call"
+                        " budget), as `session resume --retry`")  # fmt: skip
+    unquarantine: bool = Field(False, description="let a quarantined session run again")
+    migrate: bool = Field(False, description="upgrade a session from an older schema")
+
+
+@router.post("/v1/sessions/{session_id}/resume", responses=responses(404, 409, 422))
+async def resume(
+    session_id: str, config: Config, who: Caller,
+    options: Annotated[ResumeOptions | None, Body()] = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Step until the final answer or the next wait (a frozen session continues; a
+    failed one only with `retry`, a quarantined one only with `unquarantine`: 409)."""
     require(who, "operator")
-    agent = await stored_agent(config.store, session_id)
+    options = options or ResumeOptions()
+    stored = await call(lambda: config.store.load(session_id, history=False))
+    refusal = resume_refusal(stored, options)
+    if refusal is not None:
+        raise Problem(409, "conflict", refusal)
+    agent = replace(await stored_agent(config.store, session_id), migrate=options.migrate)
     with engine_errors():
-        return (await agent.resume(session_id)).to_dict()
+        report = await agent.resume(session_id, unquarantine=options.unquarantine,
+                                    retry=options.retry)  # fmt: skip
+    return report.to_dict()
 
 
-@router.post("/v1/sessions/{session_id}/cancel")
+def resume_refusal(session: Session, options: ResumeOptions) -> str | None:
+    """Why the engine would refuse this resume, in the API's words (it checks again
+    under the lease: a session that changes meanwhile is refused in the CLI's)."""
+    status, sid = session.status, session.id
+    if (
+        options.retry
+        and status != "failed"
+        and not (status == "quarantined" and options.unquarantine)
+    ):
+        return f"session {sid} is {status}, not failed; `retry` only applies to a failed session"
+    if status == "failed" and not options.retry:
+        return (f"session {sid} failed: {session.failure_reason}; fix the cause, then resume"
+                ' with {"retry": true}')  # fmt: skip
+    if status == "quarantined" and not options.unquarantine:
+        return (f"session {sid} is quarantined: {session.quarantine_reason}; resume with"
+                ' {"unquarantine": true} once it is safe')  # fmt: skip
+    return None
+
+
+@router.post("/v1/sessions/{session_id}/cancel", responses=responses(404, 409, 422))
 async def cancel(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator")
     agent = await stored_agent(config.store, session_id)

@@ -8,12 +8,14 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
+from starlette.types import ASGIApp
 
 from runner.server import Grant, create_app
 from runner.stores import SQLiteStore
@@ -52,10 +54,9 @@ def agents_dir(tmp_path: Path) -> Path:
     return directory
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    store = SQLiteStore(tmp_path / "state.db")
-    app = create_app(store, agents_dir(tmp_path), grants())
+@contextmanager
+def serving(app: ASGIApp) -> Iterator[str]:
+    """`app` on a real uvicorn on 127.0.0.1 (a free port) until the block ends: its URL."""
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -67,9 +68,18 @@ def served(tmp_path: Path) -> Iterator[Served]:
         threading.Event().wait(0.01)
     host, port = sock.getsockname()
     try:
-        yield Served(f"http://{host}:{port}", store)
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    store = SQLiteStore(tmp_path / "state.db")
+    try:
+        with serving(create_app(store, agents_dir(tmp_path), grants())) as url:
+            yield Served(url, store)
+    finally:
         store.close()

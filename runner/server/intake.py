@@ -1,0 +1,95 @@
+"""What `POST /v1/sessions` takes in: the agent (a file in --agents DIR, or an inline
+definition for an operator) and the attachments (checked by the rules of `session start
+--attach`, runner.session.attachments). Every refusal is a 422 naming its field."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner.server.auth import Grant
+from runner.server.problems import Problem
+from runner.session import Agent, AgentError, load_agent, parse_agent
+from runner.session.agent import ScriptedProvider
+from runner.session.attachments import AttachmentError, add_to_total, attachment_from_bytes
+from runner.state import Attachment
+
+
+class AttachmentBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=255, pattern=r"^[^/\\\x00]+$",
+                      description="the file's name, without directories")  # fmt: skip
+    data: str = Field(description="the file's bytes, base64 (RFC 4648, with padding)")
+    mime_type: str | None = Field(
+        None, description="if given, what the bytes must be: the image's type, or text/*"
+    )
+
+
+def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | None) -> Agent:
+    """The agent a new session runs (blocking: it may read files)."""
+    if isinstance(agent, dict):
+        return _inline(agent, who)
+    if agents_dir is None:
+        raise Problem(422, "no_agents", "body.agent: the server has no --agents DIR to take"
+                      " agent files from")  # fmt: skip
+    path = agents_dir / agent
+    if not agent or "/" in agent or "\\" in agent or agent.startswith(".") or not path.is_file():
+        raise Problem(422, "unknown_agent", f"body.agent: no agent file {agent[:120]!r} in"
+                      " the server's agents directory")  # fmt: skip
+    try:
+        return load_agent(path)
+    except AgentError as exc:  # the operator's file, not the caller's mistake, but named
+        raise Problem(422, "invalid_agent", f"body.agent: {exc}") from exc
+
+
+def _inline(document: dict[str, Any], who: Grant | None) -> Agent:
+    if who is not None and who.role != "operator":
+        raise Problem(403, "forbidden", f"the {who.role} token {who.name!r} may not give an"
+                      " inline agent definition; name a file in the agents directory")  # fmt: skip
+    try:
+        agent = parse_agent(document, "body.agent")
+    except AgentError as exc:
+        raise Problem(422, "invalid_agent", str(exc)) from exc
+    provider = agent.provider
+    if isinstance(provider, ScriptedProvider) and provider.responses is None:
+        # load_agent reads a script file beside the agent file; an inline one has none,
+        # and the server reads no file a request names.
+        raise Problem(422, "invalid_agent", "body.agent.provider.script: an inline agent"
+                      " gives its script inline as `responses`")  # fmt: skip
+    return agent
+
+
+def attachments_of(bodies: list[AttachmentBody]) -> list[Attachment]:
+    """The attachments as stored, in order; a 422 naming the first one refused."""
+    out: list[Attachment] = []
+    total = 0
+    for index, body in enumerate(bodies):
+        where = f"body.attachments[{index}]"
+        try:
+            data = base64.b64decode(body.data, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise Problem(422, "invalid_attachment", f"{where}.data: not base64: {exc}") from exc
+        label = f"{where} ({body.name[:80]})"
+        try:
+            attachment = attachment_from_bytes(body.name, data, label)
+            total = add_to_total(total, len(data), label)
+        except AttachmentError as exc:
+            raise Problem(422, "invalid_attachment", str(exc)) from exc
+        out.append(_with_declared_type(attachment, body.mime_type, where))
+    return out
+
+
+def _with_declared_type(attachment: Attachment, declared: str | None, where: str) -> Attachment:
+    if declared is None:
+        return attachment
+    media = declared.split(";")[0].strip().lower()
+    if attachment.kind == "text" and media.startswith("text/"):
+        return attachment.model_copy(update={"mime_type": media})
+    if media != attachment.mime_type:
+        raise Problem(422, "invalid_attachment", f"{where}.mime_type: {declared[:80]!r}, but"
+                      f" the bytes are {attachment.mime_type}")  # fmt: skip
+    return attachment
