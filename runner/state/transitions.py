@@ -50,6 +50,7 @@ CALL_MOVES: tuple[Move, ...] = (
     Move("deferred", "failed", "`session fail TOKEN` gave its error"),
     Move("deferred", "expired", "no result arrived before its expiry"),
     Move("deferred", "cancelled", "an operator cancelled the session"),
+    Move("deferred", "unknown_outcome", "its claim lapsed and its tool's effects are external"),
     Move("unknown_outcome", "completed", "an operator settled it with a result"),
     Move("unknown_outcome", "failed", "an operator settled it with an error"),
     Move("unknown_outcome", "ready", "an operator forced a new attempt (`retry --force`)"),

@@ -9,9 +9,12 @@ the first.
 """
 
 from runner.stores.base import (
+    Claim,
+    ClaimLost,
     Continuation,
     DurableStore,
     Effect,
+    Event,
     FencedOut,
     Lease,
     SessionNotFound,
@@ -29,11 +32,14 @@ from runner.stores.postgres import PostgresStore
 from runner.stores.sqlite import SQLiteStore
 
 __all__ = [
+    "Claim",
+    "ClaimLost",
     "CompositeStore",
     "Continuation",
     "DurableCompositeStore",
     "DurableStore",
     "Effect",
+    "Event",
     "FencedOut",
     "FileSessionStore",
     "Lease",

@@ -7,7 +7,10 @@
 - DurableStore: a SessionStore several processes can share. It adds leases whose fencing
   tokens guard every advancing write (`save(session, fences)` refuses a stale holder with
   FencedOut, zero rows changed), the effect ledger that records every isolated call before
-  and after it runs, late results and the tool cache.
+  and after it runs, late results and the tool cache, and the event log: every write
+  that changes a call's state or a session's status appends its events (runner.state.events)
+  in the same transaction, numbered in commit order, which the server streams. Claims
+  lease deferred calls to external workers under tokens that fence (ClaimLost).
 
 Backends: sqlite.py (durable, the embedded default), postgres/ (durable, shared by workers
 on many hosts), files.py (sessions as JSON files; single process), composite.py (reads
@@ -24,7 +27,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self
 
-from runner.state import Session, ToolResult
+from runner.state import Session, ToolResult, TrackedCall
 
 
 class StoreError(Exception):
@@ -101,12 +104,85 @@ class SessionSummary:
 
 
 @dataclass(frozen=True)
+class Event:
+    """A row of the event log: one change of a call's state or a session's status
+    (runner.state.events lists the kinds and their `data`). `seq` is commit order."""
+
+    seq: int
+    session_id: str
+    kind: str
+    call_id: str | None
+    data: dict[str, Any]
+    at_ms: int
+
+
+@dataclass(frozen=True)
 class Continuation:
     """Where a continuation token leads."""
 
     token: str
     session_id: str
     call_id: str
+
+
+ClaimState = Literal["held", "released", "lapsed", "done"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A deferred call handed to an external worker until `expires_ms` (store time).
+
+    `token` fences: a re-claim writes a new one, so an old holder's matches nothing.
+    state: held; released (it lapsed and the call is claimable again); lapsed (it lapsed
+    and, its tool's effects being external, the call went to unknown_outcome); done (its
+    result was given). `continuation` is the call's continuation token; `lease_ms` the
+    lease a heartbeat renews by default; `call` the call as claimed (claim_calls only)."""
+
+    token: str
+    session_id: str
+    call_id: str
+    tool: str
+    worker: str
+    state: ClaimState
+    expires_ms: int
+    lease_ms: int
+    continuation: str
+    call: TrackedCall | None = None
+
+
+#: The claims columns `claim_from_row` reads, in its order.
+CLAIM_COLUMNS = (
+    "token, session_id, call_id, tool, worker, state, expires_ms, lease_ms, continuation"
+)
+CLAIM_STATES: tuple[ClaimState, ...] = ("held", "released", "lapsed", "done")
+
+
+def claim_from_row(row: tuple[Any, ...] | Any, call: TrackedCall | None = None) -> Claim:
+    """A Claim from a row of CLAIM_COLUMNS."""
+    token, session_id, call_id, tool, worker, state, expires_ms, lease_ms, continuation = row
+    if state not in CLAIM_STATES:
+        raise StoreError(f"claim {token}: unknown state {state!r} in the store")
+    return Claim(token, session_id, call_id, tool, worker, state, int(expires_ms),
+                 int(lease_ms), continuation, call)  # fmt: skip
+
+
+class ClaimLost(StoreError):
+    """A claim token that no longer holds its call. `state` is the claim's (lapsed: the
+    call went to unknown_outcome; done: its result was given), or None when no claim has
+    this token (another worker re-claimed the call, or it was never issued)."""
+
+    def __init__(self, token: str, state: ClaimState | None = None) -> None:
+        why = {
+            None: "no claim has this token: the call was claimed again by another worker"
+            " (or the token was never issued)",
+            "lapsed": "its lease lapsed and the call went to unknown_outcome (its tool has"
+            " external effects)",
+            "done": "its result was already given",
+            "released": "its lease lapsed and the call is claimable again",
+            "held": "it is held",
+        }[state]
+        super().__init__(f"claim {token}: {why}")
+        self.token, self.state = token, state
 
 
 class SessionStore(ABC):
@@ -209,6 +285,26 @@ class DurableStore(SessionStore):
         time.sleep(timeout_s)
         return False
 
+    # --- the event log ----------------------------------------------------------------
+    # `create` and `save` append their events (runner.state.events) in the transaction
+    # that writes the session, numbered in commit order: a reader that has seen seq N
+    # has seen every smaller one, so resuming after N never misses one.
+
+    @abstractmethod
+    def events(self, after: int, limit: int = 500, session_id: str | None = None) -> list[Event]:
+        """Up to `limit` events with seq > `after` (of one session, if given), ascending."""
+
+    @abstractmethod
+    def last_event_seq(self) -> int:
+        """The newest event's seq (0 for an empty log): where a reader from now starts."""
+
+    def wait_for_events(self, timeout_s: float) -> bool:
+        """Block until events may have been written (True) or `timeout_s` passed (False);
+        a reader then calls `events` again. This default just sleeps (a reader polls);
+        a store that can announce writes returns early."""
+        time.sleep(timeout_s)
+        return False
+
     # --- the effect ledger and late results -----------------------------------------
 
     @abstractmethod
@@ -224,6 +320,44 @@ class DurableStore(SessionStore):
 
     @abstractmethod
     def late_results(self, session_id: str) -> list[tuple[str, ToolResult]]: ...
+
+    # --- claims ---------------------------------------------------------------------
+    # Deferred calls handed to external workers under a lease (runner.session.claims
+    # sweeps the lapsed ones; runner.server.claims is the HTTP side). All in store time.
+
+    @abstractmethod
+    def claim_calls(
+        self, tools: Collection[str], worker: str, lease_s: float, limit: int
+    ) -> list[Claim]:
+        """Hand up to `limit` claimable calls of `tools` to `worker` until now +
+        `lease_s`, each with a fresh token and `call` filled. Claimable: deferred, not
+        past its expiry, its session running or waiting, and no claim row or a released
+        one. Concurrent claimers never get one call twice (nor wait for each other)."""
+
+    @abstractmethod
+    def claim(self, token: str) -> Claim | None:
+        """The claim with this token, in whatever state, or None."""
+
+    @abstractmethod
+    def renew_claim(self, token: str, lease_s: float | None = None) -> Claim:
+        """Extend a held claim, or a released one nobody re-claimed (held again), to now
+        + `lease_s` (default: its lease). ClaimLost: re-claimed (state None), lapsed or
+        done; nothing changes then."""
+
+    @abstractmethod
+    def finish_claim(self, token: str) -> Claim:
+        """Mark the claim done whatever its state (its holder is giving the result);
+        ClaimLost and nothing changed when no claim has this token."""
+
+    @abstractmethod
+    def lapsed_claims(self, limit: int) -> list[Claim]:
+        """What a sweep must decide: held claims past their expiry, and lapsed claims
+        whose call is still deferred (a sweep stopped before moving it)."""
+
+    @abstractmethod
+    def settle_lapsed(self, token: str, state: Literal["released", "lapsed"]) -> bool:
+        """A held claim past its expiry to `state`; True if it is in `state` now (also
+        when it already was), False when it was renewed or finished meanwhile."""
 
     # --- the tool cache -------------------------------------------------------------
 

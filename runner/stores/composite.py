@@ -13,13 +13,15 @@ SessionStore, which the engine refuses wherever it needs fencing.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Literal
 
 from runner.state import Session, ToolResult
 from runner.stores.base import (
+    Claim,
     Continuation,
     DurableStore,
     Effect,
+    Event,
     Lease,
     SessionNotFound,
     SessionStore,
@@ -123,6 +125,16 @@ class DurableCompositeStore(CompositeStore, DurableStore):
     def wait_for_due(self, timeout_s: float) -> bool:
         return self.primary.wait_for_due(timeout_s)
 
+    def events(self, after: int, limit: int = 500, session_id: str | None = None) -> list[Event]:
+        """The primary's log (a fallback's session has events once adopted)."""
+        return self.primary.events(after, limit, session_id)
+
+    def last_event_seq(self) -> int:
+        return self.primary.last_event_seq()
+
+    def wait_for_events(self, timeout_s: float) -> bool:
+        return self.primary.wait_for_events(timeout_s)
+
     def release_lease(self, lease: Lease) -> None:
         self.primary.release_lease(lease)
 
@@ -147,6 +159,27 @@ class DurableCompositeStore(CompositeStore, DurableStore):
 
     def late_results(self, session_id: str) -> list[tuple[str, ToolResult]]:
         return self.primary.late_results(session_id)
+
+    def claim_calls(
+        self, tools: Collection[str], worker: str, lease_s: float, limit: int
+    ) -> list[Claim]:
+        """The primary's claimable calls (a fallback's session is claimable once adopted)."""
+        return self.primary.claim_calls(tools, worker, lease_s, limit)
+
+    def claim(self, token: str) -> Claim | None:
+        return self.primary.claim(token)
+
+    def renew_claim(self, token: str, lease_s: float | None = None) -> Claim:
+        return self.primary.renew_claim(token, lease_s)
+
+    def finish_claim(self, token: str) -> Claim:
+        return self.primary.finish_claim(token)
+
+    def lapsed_claims(self, limit: int) -> list[Claim]:
+        return self.primary.lapsed_claims(limit)
+
+    def settle_lapsed(self, token: str, state: Literal["released", "lapsed"]) -> bool:
+        return self.primary.settle_lapsed(token, state)
 
     def get(self, tool: str, arguments: dict[str, Any]) -> ToolResult | None:
         return self.primary.get(tool, arguments)

@@ -12,7 +12,11 @@ otherwise), then only the turns and calls that changed since the session was loa
 history is read (once, in one query each) only when something uses it, such as the
 LLM's next request. Lease expiry is measured in database time. Continuation tokens are
 indexed in their own table, written in the same transaction as the call, so `session
-complete TOKEN` is a key lookup, not a scan.
+complete TOKEN` is a key lookup, not a scan. The event log (`events`) gets the events of
+each create and save (runner.state.events, diffed against the status and call states the
+transaction reads before writing) in that same transaction; `seq` is commit order, since
+SQLite has one writer. `wait_for_events` wakes on this process's own writes, and polls
+for other processes'.
 """
 
 from __future__ import annotations
@@ -40,10 +44,12 @@ from runner.state import (
     Turn,
     load_document,
 )
+from runner.state.events import NewEvent, derive_events
 from runner.stores.base import (
     Continuation,
     DurableStore,
     Effect,
+    Event,
     FencedOut,
     Lease,
     SessionNotFound,
@@ -53,6 +59,7 @@ from runner.stores.base import (
     cache_key,
 )
 from runner.stores.settled import SettledCalls, terminal_ids, with_earlier
+from runner.stores.sqlite_claims import SQLiteClaims
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +182,9 @@ MIGRATIONS: list[str] = [
     # 6: claims: a deferred call handed to an external worker until `expires_ms`. One row
     # per call; a re-claim writes a new `token`, so the old holder's token matches nothing.
     # state: held, released (lapsed, claimable again), lapsed (lapsed with external
-    # effects: the call went to unknown_outcome), done (its result was given).
+    # effects: the call went to unknown_outcome), done (its result was given). `lease_ms`
+    # is what a heartbeat renews by; `continuation` the call's continuation token. Calls
+    # get their state and tool as columns, so finding claimable calls is an index range.
     """
     CREATE TABLE claims (
         session_id TEXT NOT NULL,
@@ -186,9 +195,16 @@ MIGRATIONS: list[str] = [
         state TEXT NOT NULL,
         claimed_ms INTEGER NOT NULL,
         expires_ms INTEGER NOT NULL,
+        lease_ms INTEGER NOT NULL,
+        continuation TEXT NOT NULL,
         PRIMARY KEY (session_id, call_id)
     );
     CREATE INDEX claims_by_state ON claims (state, expires_ms);
+    ALTER TABLE session_calls ADD COLUMN state TEXT;
+    ALTER TABLE session_calls ADD COLUMN tool TEXT;
+    UPDATE session_calls SET state = json_extract(document, '$.state'),
+                             tool = json_extract(document, '$.tool');
+    CREATE INDEX session_calls_deferred ON session_calls (tool) WHERE state = 'deferred';
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -240,7 +256,7 @@ class _Connection:
             self.db.close()
 
 
-class SQLiteStore(DurableStore):
+class SQLiteStore(SQLiteClaims, DurableStore):
     """Sessions, leases, the effect ledger, continuations and the tool cache in one file.
 
     Two connections: one for sessions, the ledger and the cache, one for leases only, so
@@ -258,6 +274,9 @@ class SQLiteStore(DurableStore):
         #: and the store never deletes one, so this only grows. Bounded by session; a miss
         #: only costs rewriting those calls once.
         self._settled = SettledCalls()
+        #: Bumped after each commit that wrote events, for `wait_for_events`.
+        self._events_written = threading.Condition()
+        self._event_generation = self._event_seen = 0
         self._leases: _Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -320,6 +339,7 @@ class SQLiteStore(DurableStore):
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
         session.require_history("creating a session")
         stored = session.model_copy(update={"version": session.version or 1}, deep=True)
+        events = derive_events(stored, stored.calls.values(), None, {})
         with self._transaction() as db:
             self._put_agent(db, session.agent_hash, agent_document)
             try:
@@ -332,6 +352,8 @@ class SQLiteStore(DurableStore):
             except sqlite3.IntegrityError:
                 raise StoreError(f"session {session.id} already exists") from None
             self._write_rows(db, stored, 0, list(stored.calls.values()))
+            self._write_events(db, stored.id, events, _now_ms())
+        self._announce(events)
         self._settled.remember(stored.id, terminal_ids(stored.calls.values()))
         return stored
 
@@ -421,12 +443,13 @@ class SQLiteStore(DurableStore):
         with self._transaction() as db:
             self._check_fences(db, fences)
             row = db.execute(
-                "SELECT version, turn_count FROM sessions WHERE id = ?", (session.id,)
+                "SELECT version, turn_count, status FROM sessions WHERE id = ?", (session.id,)
             ).fetchone()
             if row is None:
                 raise SessionNotFound(session.id)
             if row[0] != session.version:
                 raise VersionConflict(session.id, session.version, row[0])
+            events = derive_events(stored, calls, row[2], self._stored_states(db, stored.id, calls))
             db.execute(
                 "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?,"
                 " due_ms = ?, agent_hash = ?, schema_version = ?, turn_count = ?"
@@ -437,6 +460,8 @@ class SQLiteStore(DurableStore):
             )  # fmt: skip
             # The last stored turn may have been replaced (a partial turn folds).
             self._write_rows(db, stored, max(row[1] - 1, stored.first_turn), calls)
+            self._write_events(db, stored.id, events, stored.updated_ms)
+        self._announce(events)
         self._settled.remember(stored.id, terminal_ids(calls))
         return stored
 
@@ -458,16 +483,43 @@ class SQLiteStore(DurableStore):
             [(session.id, first + i, TURN.dump_json(t).decode()) for i, t in enumerate(turns)],
         )
         db.executemany(
-            "INSERT INTO session_calls VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, call_id)"
+            "INSERT INTO session_calls (session_id, call_id, turn, open, document, state, tool)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, call_id)"
             " DO UPDATE SET turn = excluded.turn, open = excluded.open,"
-            " document = excluded.document",
-            [(session.id, c.id, c.turn, c.state not in TERMINAL_STATES, c.model_dump_json())
-             for c in calls],
+            " document = excluded.document, state = excluded.state, tool = excluded.tool",
+            [(session.id, c.id, c.turn, c.state not in TERMINAL_STATES, c.model_dump_json(),
+              c.state, c.tool) for c in calls],
         )  # fmt: skip
         db.executemany(
             "INSERT OR IGNORE INTO continuations VALUES (?, ?, ?)",
             [(call.token, session.id, call.id) for call in calls],
         )
+
+    def _stored_states(
+        self, db: sqlite3.Connection, session_id: str, calls: builtins.list[TrackedCall]
+    ) -> dict[str, str]:
+        """Inside the transaction: the stored state of each of `calls` that is stored."""
+        if not calls:
+            return {}
+        return dict(db.execute(
+            "SELECT call_id, json_extract(document, '$.state') FROM session_calls"
+            " WHERE session_id = ? AND call_id IN (SELECT value FROM json_each(?))",
+            (session_id, json.dumps([c.id for c in calls]))).fetchall())  # fmt: skip
+
+    def _write_events(
+        self, db: sqlite3.Connection, session_id: str, events: builtins.list[NewEvent], at_ms: int
+    ) -> None:
+        db.executemany(
+            "INSERT INTO events (session_id, kind, call_id, data, at_ms) VALUES (?, ?, ?, ?, ?)",
+            [(session_id, e.kind, e.call_id, json.dumps(e.data), at_ms) for e in events],
+        )
+
+    def _announce(self, events: builtins.list[NewEvent]) -> None:
+        """After a commit: wake `wait_for_events` if it wrote any."""
+        if events:
+            with self._events_written:
+                self._event_generation += 1
+                self._events_written.notify_all()
 
     def _check_fences(self, db: sqlite3.Connection, fences: tuple[Lease, ...]) -> None:
         """Inside a write transaction: FencedOut unless each lease's token is the newest."""
@@ -510,6 +562,33 @@ class SQLiteStore(DurableStore):
             (limit + len(exclude),),
         )
         return [r[0] for r in rows if r[0] not in exclude][:limit]
+
+    # --- the event log -----------------------------------------------------------------
+
+    def events(
+        self, after: int, limit: int = 500, session_id: str | None = None
+    ) -> builtins.list[Event]:
+        columns = "SELECT seq, session_id, kind, call_id, data, at_ms FROM events"
+        if session_id is None:
+            rows = self._all(f"{columns} WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit))
+        else:
+            rows = self._all(f"{columns} WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                             (session_id, after, limit))  # fmt: skip
+        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+
+    def last_event_seq(self) -> int:
+        seq: int = self._one("SELECT COALESCE(MAX(seq), 0) FROM events")[0]
+        return seq
+
+    def wait_for_events(self, timeout_s: float) -> bool:
+        """True as soon as this store has committed events since the last call returned;
+        False after `timeout_s` (another process's writes are only found by reading)."""
+        with self._events_written:
+            woke = self._events_written.wait_for(
+                lambda: self._event_generation != self._event_seen, timeout_s
+            )
+            self._event_seen = self._event_generation
+        return woke
 
     # --- leases ------------------------------------------------------------------------
 

@@ -16,6 +16,12 @@ database from a newer program). What differs is how it shares one database:
   sessions; a NOTIFY on `agents_runner_due` (when a session is created or saved due
   without a lease, and when a holder releases a due session) wakes `wait_for_due` on an
   idle worker's LISTEN connection. Polling remains the fallback.
+- The event log numbered in commit order: `seq` comes from one counter row that each
+  event-writing transaction updates last (so they commit in turn), and a NOTIFY on
+  `agents_runner_events` wakes `wait_for_events` (events.py says why it is exact).
+- Call claims for external workers (call_claims.py): one statement picks deferred calls
+  `FOR UPDATE SKIP LOCKED` and upserts their claims, replacing only a released one, so
+  concurrent claimers neither wait for each other nor take one call twice.
 - Transient failures are retried without ever applying a write twice; a connection lost
   mid-COMMIT is resolved by asking the server for the transaction's outcome
   (connections.py says exactly how).
@@ -23,7 +29,15 @@ database from a newer program). What differs is how it shares one database:
 
 from runner.stores.postgres.claims import DUE_CHANNEL
 from runner.stores.postgres.connections import redact
+from runner.stores.postgres.events import EVENTS_CHANNEL
 from runner.stores.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from runner.stores.postgres.store import PostgresStore
 
-__all__ = ["DUE_CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStore", "redact"]
+__all__ = [
+    "DUE_CHANNEL",
+    "EVENTS_CHANNEL",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+    "redact",
+]

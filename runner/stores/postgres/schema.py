@@ -125,7 +125,7 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO event_counter VALUES (1, 0);
     """,
-    # 3: SQLite's schema 6, claims.
+    # 3: SQLite's schema 6, claims (and calls' state and tool as columns).
     """
     CREATE TABLE claims (
         session_id TEXT NOT NULL,
@@ -136,9 +136,15 @@ MIGRATIONS: list[str] = [
         state TEXT NOT NULL,
         claimed_ms BIGINT NOT NULL,
         expires_ms BIGINT NOT NULL,
+        lease_ms BIGINT NOT NULL,
+        continuation TEXT NOT NULL,
         PRIMARY KEY (session_id, call_id)
     );
     CREATE INDEX claims_by_state ON claims (state, expires_ms);
+    ALTER TABLE session_calls ADD COLUMN state TEXT, ADD COLUMN tool TEXT;
+    UPDATE session_calls SET state = document::jsonb ->> 'state',
+                             tool = document::jsonb ->> 'tool';
+    CREATE INDEX session_calls_deferred ON session_calls (tool, seq) WHERE state = 'deferred';
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,6 +17,7 @@ import psycopg.errors
 from pydantic import ValidationError
 
 from runner.state import TERMINAL_STATES, Session, ToolResult, TrackedCall, load_document
+from runner.state.events import derive_events
 from runner.stores.base import (
     Continuation,
     DurableStore,
@@ -29,8 +30,10 @@ from runner.stores.base import (
     VersionConflict,
     cache_key,
 )
+from runner.stores.postgres.call_claims import CallClaims
 from runner.stores.postgres.claims import DUE_CHANNEL, Claims
 from runner.stores.postgres.connections import Connection, Database, one, rows
+from runner.stores.postgres.events import EVENTS_CHANNEL, EventLog, Listener
 from runner.stores.postgres.schema import migrate
 from runner.stores.settled import SettledCalls, terminal_ids, with_earlier
 from runner.stores.sqlite import CALL_LIST, TURN, TURN_LIST
@@ -38,13 +41,14 @@ from runner.stores.sqlite import CALL_LIST, TURN, TURN_LIST
 logger = logging.getLogger(__name__)
 
 
-class PostgresStore(Claims, DurableStore):
+class PostgresStore(CallClaims, Claims, EventLog, DurableStore):
     """Sessions, leases, the effect ledger, continuations and the tool cache in one
     PostgreSQL database, for any number of processes on any number of hosts.
 
     Data calls use a pool of up to `max_connections`; leases a pool of their own (two
     connections, a short lock timeout) so a renewal never waits behind data calls;
-    `wait_for_due` a dedicated LISTEN connection. Any thread may call any method.
+    `wait_for_due` and `wait_for_events` a dedicated LISTEN connection each. Any thread
+    may call any method.
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class PostgresStore(Claims, DurableStore):
         self._settled = SettledCalls()
         self._listener: Connection | None = None
         self._listen_lock = threading.Lock()
+        self._event_listener = Listener(self._db, EVENTS_CHANNEL, self.description)
         try:
             with self._db.connect() as conn:
                 self._version = migrate(conn, self.description)
@@ -90,6 +95,7 @@ class PostgresStore(Claims, DurableStore):
             if self._listener is not None:
                 self._listener.close()
                 self._listener = None
+        self._event_listener.close()
         self._db.close()
 
     @contextmanager
@@ -111,6 +117,7 @@ class PostgresStore(Claims, DurableStore):
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
         session.require_history("creating a session")
         stored = session.model_copy(update={"version": session.version or 1}, deep=True)
+        events = derive_events(stored, stored.calls.values(), None, {})
 
         def work(db: Connection) -> None:
             self._put_agent(db, session.agent_hash, agent_document)
@@ -137,6 +144,7 @@ class PostgresStore(Claims, DurableStore):
                 raise StoreError(f"session {session.id} already exists") from None
             self._writerows(db, stored, 0, list(stored.calls.values()))
             self._notify_if_due(db, stored)
+            self._write_events(db, stored.id, events, self._stamp())
 
         self._db.write(f"creating session {session.id}", work)
         self._settled.remember(stored.id, terminal_ids(stored.calls.values()))
@@ -251,13 +259,14 @@ class PostgresStore(Claims, DurableStore):
             self._check_fences(db, fences)
             row = one(
                 db,
-                "SELECT version, turn_count FROM sessions WHERE id = %s FOR UPDATE",
+                "SELECT version, turn_count, status FROM sessions WHERE id = %s FOR UPDATE",
                 (session.id,),
             )
             if row is None:
                 raise SessionNotFound(session.id)
             if row[0] != session.version:
                 raise VersionConflict(session.id, session.version, row[0])
+            before = self._stored_states(db, session.id, calls)
             db.execute(
                 "UPDATE sessions SET version = %s, status = %s, document = %s, updated_ms = %s,"
                 " due_ms = %s, agent_hash = %s, schema_version = %s, turn_count = %s"
@@ -278,6 +287,8 @@ class PostgresStore(Claims, DurableStore):
             self._writerows(db, stored, max(row[1] - 1, stored.first_turn), calls)
             if not fences:  # a holder's release announces its session (release_lease)
                 self._notify_if_due(db, stored)
+            events = derive_events(stored, calls, row[2], before)
+            self._write_events(db, session.id, events, stored.updated_ms)  # last: it locks
 
         self._db.write(f"saving session {session.id}", work)
         self._settled.remember(stored.id, terminal_ids(calls))
@@ -307,17 +318,20 @@ class PostgresStore(Claims, DurableStore):
         if not calls:
             return
         db.execute(
-            "INSERT INTO session_calls (session_id, call_id, turn, open, document)"
-            " SELECT %s, c, t, o, d FROM unnest(%s::text[], %s::int[], %s::bool[], %s::text[])"
-            " WITH ORDINALITY AS x (c, t, o, d, n) ORDER BY n"
-            " ON CONFLICT (session_id, call_id) DO UPDATE SET turn = excluded.turn,"
-            " open = excluded.open, document = excluded.document",
+            "INSERT INTO session_calls (session_id, call_id, turn, open, document, state, tool)"
+            " SELECT %s, c, t, o, d, s, l FROM unnest(%s::text[], %s::int[], %s::bool[],"
+            " %s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS x (c, t, o, d, s, l, n)"
+            " ORDER BY n ON CONFLICT (session_id, call_id) DO UPDATE SET turn = excluded.turn,"
+            " open = excluded.open, document = excluded.document, state = excluded.state,"
+            " tool = excluded.tool",
             (
                 session.id,
                 [c.id for c in calls],
                 [c.turn for c in calls],
                 [c.state not in TERMINAL_STATES for c in calls],
                 [c.model_dump_json() for c in calls],
+                [c.state for c in calls],
+                [c.tool for c in calls],
             ),
         )
         db.execute(
