@@ -5,7 +5,9 @@ interleaved sample by sample (so a busy machine slows both alike), and reports m
 p95 and the ratio of the medians. It assumes what `scripts/test` sets up: `.venv`, a
 running Docker engine and the images of `scripts/build-images`.
 
-    scripts/bench [--json FILE] [--only local,docker,pool,throughput,sessions,postgres]
+    scripts/bench [--json FILE]
+                  [--only local,docker,pool,throughput,sessions,postgres,server,events,
+                          claims]
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import docker
+from bench_claims import bench_claims
+from bench_events import bench_events
+from bench_server import bench_server
 from bench_sessions import bench_postgres, bench_sessions
 from benchkit import Report, Row, compared, p95, render, timed
 
@@ -53,7 +58,8 @@ EXAMPLE_WORKER = ["bash", str(REPO / "examples/workers/bash/worker.sh")]
 MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCallResult\","
                   "\"version\":\"1.0\",\"id\":\"bench-0\",\"status\":\"ok\","
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
-ROWS = ("local", "docker", "pool", "throughput", "sessions", "postgres")
+ROWS = ("local", "docker", "pool", "throughput", "sessions", "postgres", "server", "events",
+        "claims")  # fmt: skip
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
 POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
 
@@ -295,6 +301,15 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
             return 2
         with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
             await bench_postgres(report, url, Path(directory))
+    if "server" in only:
+        with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
+            await bench_server(report, Path(directory))
+    if "events" in only:
+        with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
+            await bench_events(report, Path(directory))
+    if "claims" in only:
+        with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
+            await bench_claims(report, Path(directory))
     report.machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.machine["seconds"] = round(time.perf_counter() - started, 1)
     print(render(report))

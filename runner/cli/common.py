@@ -58,6 +58,28 @@ StoreOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
 
 
+# The options of the commands that advance due sessions (`worker`, `serve`).
+DEFAULT_CONCURRENCY = 4
+DEFAULT_POLL_SECONDS = 0.5
+
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", min=1, max=256, help="sessions advanced at once")
+]
+
+
+PollSecondsOption = Annotated[
+    float, typer.Option("--poll-seconds", min=0.01, help="pause when nothing is due")
+]
+
+
+PoolSizeOption = Annotated[
+    int,
+    typer.Option("--pool-size", min=0, max=64,
+                 help="warm containers kept ready for Docker-isolated calls, per image and"
+                      " limits (0: each call starts its own container)"),
+]  # fmt: skip
+
+
 AgentFileOption = Annotated[
     Path | None, typer.Option("--agent-file", help="the agent definition (JSON)")
 ]

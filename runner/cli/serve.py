@@ -1,7 +1,8 @@
 """`agents-runner serve --store LOC`: the HTTP API (runner/server) on uvicorn, with the
 worker loop in the same process advancing due sessions. SIGTERM (or SIGINT) drains both:
 uvicorn finishes the requests it has, the loop finishes the sessions it holds (releasing
-their leases), and the process exits 0.
+their leases), and the process exits 0. With --pool-size N, Docker-isolated calls the
+loop runs start from warm containers (runner.isolation's WarmPool), all removed on drain.
 
 Access control needs --tokens FILE; without it the server refuses to start unless
 --no-auth is given, and then only on a loopback address.
@@ -21,9 +22,20 @@ import typer
 import uvicorn
 
 from runner.cli.app import app, fail
-from runner.cli.common import DEFAULT_STORE, StoreOption, open_store
+from runner.cli.common import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_POLL_SECONDS,
+    DEFAULT_STORE,
+    ConcurrencyOption,
+    PollSecondsOption,
+    PoolSizeOption,
+    StoreOption,
+    open_store,
+)
 from runner.cli.worker import advance_sessions, log
-from runner.server import AuthError, Grant, create_app, load_tokens
+from runner.isolation import check_engine
+from runner.server import AuthError, Grant, close_streams, create_app, load_tokens
+from runner.session.claims import keep_sweeping_claims
 from runner.stores import DurableStore
 
 
@@ -39,7 +51,9 @@ class _Server(uvicorn.Server):
 def serve(
     store: StoreOption = DEFAULT_STORE,
     host: Annotated[str, typer.Option("--host", help="the address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8080,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, envvar="AGENTS_RUNNER_PORT")
+    ] = 8080,
     agents: Annotated[
         Path | None, typer.Option("--agents", help="the agent files POST /v1/sessions names")
     ] = None,
@@ -49,12 +63,9 @@ def serve(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="no access control (loopback addresses only)")
     ] = False,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, max=256, help="sessions advanced at once")
-    ] = 4,
-    poll_seconds: Annotated[
-        float, typer.Option("--poll-seconds", min=0.01, help="pause when nothing is due")
-    ] = 0.5,
+    concurrency: ConcurrencyOption = DEFAULT_CONCURRENCY,
+    poll_seconds: PollSecondsOption = DEFAULT_POLL_SECONDS,
+    pool_size: PoolSizeOption = 0,
 ) -> None:
     """Serve the HTTP API and advance due sessions until SIGTERM (which drains)."""
     grants: list[Grant] | None = None
@@ -70,13 +81,15 @@ def serve(
     if agents is not None and not agents.is_dir():
         fail(f"--agents: {agents} is not a directory")
     with open_store(store, "the server (it advances sessions beside other processes)") as held:
-        anyio.run(_run, held, host, port, agents, grants, concurrency, poll_seconds)
+        anyio.run(_run, held, host, port, agents, grants, concurrency, poll_seconds, pool_size)
 
 
 async def _run(store: DurableStore, host: str, port: int, agents: Path | None,
-               grants: list[Grant] | None, concurrency: int, poll_s: float) -> None:  # fmt: skip
-    config = uvicorn.Config(create_app(store, agents, grants), host=host, port=port,
-                            log_level="warning", access_log=False)  # fmt: skip
+               grants: list[Grant] | None, concurrency: int, poll_s: float,
+               pool_size: int) -> None:  # fmt: skip
+    # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
+    app = create_app(store, agents, grants, docker_check=check_engine if pool_size else None)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     server = _Server(config)
     stopping = anyio.Event()
 
@@ -84,18 +97,29 @@ async def _run(store: DurableStore, host: str, port: int, agents: Path | None,
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 log(f"serve {host}:{port}: draining")
+                close_streams(app)  # uvicorn waits for open event streams otherwise
                 server.should_exit = True
                 stopping.set()
                 return
 
+    served = anyio.Event()
+
     async def http() -> None:
-        await server.serve()
-        stopping.set()  # uvicorn stopped on its own (e.g. the port was taken): stop too
+        try:
+            await server.serve()
+        finally:
+            served.set()
+            stopping.set()  # uvicorn stopped on its own (e.g. the port was taken): stop too
 
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
         group.start_soon(http)
-        await advance_sessions(store, concurrency, poll_s, stopping)
+        group.start_soon(keep_sweeping_claims, store)  # lapsed claims (runner.session.claims)
+        await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size)
+        # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
+        # it part way would end the lifespan with a traceback.
+        server.should_exit = True
+        await served.wait()
         group.cancel_scope.cancel()
     if not server.started:
         fail(f"could not serve on {host}:{port} (see the log above)", 1)

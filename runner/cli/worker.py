@@ -10,6 +10,8 @@ twice. Between polls it waits for the store to announce due work (PostgreSQL's
 LISTEN/NOTIFY; SQLite only sleeps) or for one of its own sessions to finish, and never
 longer than --poll-seconds: polling is the fallback. SIGTERM (or SIGINT) drains: it
 stops claiming, finishes what it holds (releasing each lease), and exits 0.
+With --pool-size N, Docker-isolated calls start from warm containers (the warm pool:
+started ahead, one call each), all removed once the drain is done.
 
 A failing model call never keeps a worker busy: the engine stores its budget and next
 attempt time in the session, the worker lets go of it while it backs off, and a session
@@ -23,6 +25,9 @@ import json
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Annotated
 
 import anyio
@@ -30,14 +35,26 @@ import anyio.to_thread
 import typer
 
 from runner.cli.app import app
-from runner.cli.common import DEFAULT_STORE, StoreOption, open_store
-from runner.isolation import sweep_orphans
+from runner.cli.common import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_POLL_SECONDS,
+    DEFAULT_STORE,
+    ConcurrencyOption,
+    PollSecondsOption,
+    PoolSizeOption,
+    StoreOption,
+    open_store,
+)
+from runner.isolation import DockerRunner, PoolSettings, Runner, WarmPool, sweep_orphans
 from runner.session import (
+    DockerSpec,
     DurableAgent,
     LeaseBusy,
+    LocalProcessSpec,
     default_lease_seconds,
     default_owner,
     parse_agent,
+    runner_for_spec,
 )
 from runner.state import Session
 from runner.stores import DurableStore
@@ -53,23 +70,20 @@ MAX_ERROR_BACKOFF_S = 900.0
 @app.command("worker")
 def worker(
     store: StoreOption = DEFAULT_STORE,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, max=256, help="sessions advanced at once")
-    ] = 4,
-    poll_seconds: Annotated[
-        float, typer.Option("--poll-seconds", min=0.01, help="pause when nothing is due")
-    ] = 0.5,
+    concurrency: ConcurrencyOption = DEFAULT_CONCURRENCY,
+    poll_seconds: PollSecondsOption = DEFAULT_POLL_SECONDS,
+    pool_size: PoolSizeOption = 0,
     exit_when_idle: Annotated[
         bool, typer.Option("--exit-when-idle", help="exit once no session is due or running")
     ] = False,
 ) -> None:
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
     with open_store(store, "the worker (it shares sessions with other processes)") as durable:
-        anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle)
+        anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle, pool_size)
 
 
 async def _serve(
-    store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool
+    store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool, pool_size: int
 ) -> None:
     stopping = anyio.Event()
 
@@ -82,8 +96,41 @@ async def _serve(
 
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
-        await advance_sessions(store, concurrency, poll_s, stopping, exit_when_idle)
+        await advance_sessions(store, concurrency, poll_s, stopping, exit_when_idle,
+                               pool_size=pool_size)  # fmt: skip
         group.cancel_scope.cancel()
+
+
+class PooledRunners:
+    """A RunnerFactory serving Docker specs from a warm pool: one DockerRunner per image,
+    limits and envelope (the pool owns it and closes it), a fresh handle per call; a
+    local-process spec gets its own runner, as without a pool."""
+
+    def __init__(self, pool: WarmPool) -> None:
+        self.pool = pool
+        self._docker: dict[str, DockerRunner] = {}
+
+    def __call__(self, spec: DockerSpec | LocalProcessSpec) -> Runner:
+        runner = runner_for_spec(spec)
+        if not isinstance(runner, DockerRunner):
+            return runner
+        key = repr((runner.image, runner.command, runner.limits, runner.envelope))
+        return self.pool.pooled(self._docker.setdefault(key, runner))
+
+
+@asynccontextmanager
+async def runner_factory(pool_size: int) -> AsyncIterator[PooledRunners | None]:
+    """A warm pool of `pool_size` containers per shelf for the block (None for 0: each
+    call makes its own runner); leaving the block removes every pooled container."""
+    if pool_size == 0:
+        yield None
+        return
+    async with WarmPool(PoolSettings(size=pool_size)) as pool:
+        log(f"warm pool of {pool_size} container(s) per image: open")
+        try:
+            yield PooledRunners(pool)
+        finally:
+            log(f"warm pool: closing ({pool.idle()} idle, {pool.starting()} starting)")
 
 
 async def advance_sessions(
@@ -92,13 +139,22 @@ async def advance_sessions(
     poll_s: float,
     stopping: anyio.Event,
     exit_when_idle: bool = False,
+    *,
+    pool_size: int = 0,
 ) -> None:
     """Advance due sessions until `stopping` is set (then drain: what is in flight
     finishes and its leases are released) or, with `exit_when_idle`, nothing is due.
-    `worker` and `serve` both run this loop; each decides what sets `stopping`."""
-    owner, lease_s = default_owner(), default_lease_seconds()
+    `worker` and `serve` both run this loop; each decides what sets `stopping`. With
+    `pool_size`, Docker-isolated calls come from a warm pool, closed after the drain."""
     # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
     await anyio.to_thread.run_sync(sweep_orphans)
+    async with runner_factory(pool_size) as pooled:
+        await _advance(store, concurrency, poll_s, stopping, exit_when_idle, pooled)
+
+
+async def _advance(store: DurableStore, concurrency: int, poll_s: float, stopping: anyio.Event,
+                   exit_when_idle: bool, pooled: PooledRunners | None) -> None:  # fmt: skip
+    owner, lease_s = default_owner(), default_lease_seconds()
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     errors: dict[str, int] = {}  # session id -> errors in a row
@@ -127,6 +183,8 @@ async def advance_sessions(
             document = await anyio.to_thread.run_sync(store.agent_document, session.agent_hash)
             agent = parse_agent(document, "stored agent").with_mode("asynchronous")
             durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
+            if pooled is not None:
+                durable = replace(durable, runner_factory=pooled)
             report = await durable.work(session_id)
             errors.pop(session_id, None)
             log(f"session {session_id}: {report.status}, ran {len(report.ran)} call(s)"
@@ -193,4 +251,4 @@ def log(message: str) -> None:
     print(json.dumps({"ts": round(time.time(), 3), "message": message}), file=sys.stderr)
 
 
-__all__ = ["advance_sessions", "worker"]
+__all__ = ["PooledRunners", "advance_sessions", "runner_factory", "worker"]

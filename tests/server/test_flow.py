@@ -111,5 +111,5 @@ def test_the_committed_openapi_document_matches_the_app(tmp_path: Path) -> None:
     finally:
         store.close()
     assert json.loads(OPENAPI.read_text()) == document, (
-        "docs/openapi.json is stale: regenerate it from runner.server.create_app(...).openapi()"
+        "docs/openapi.json is stale: regenerate it with scripts/gen-schemas"
     )

@@ -1,0 +1,39 @@
+"""The README's server walkthrough runs as written: its shell block, in a fresh directory
+holding only the project's .venv and examples, starts a real `agents-runner serve` with the
+token file it makes, drives the seed's flow with curl, and stops the server with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.docs.test_coming_from_agents_exe import ROOT, run_block
+from tests.server.processes import free_port
+
+SECTION = "## The server (`agents-runner serve`)"
+#: Run before the block, not part of it: should the block fail half way, the server it
+#: started in the background is stopped all the same.
+CLEANUP = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+
+
+def walkthrough() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None, "the section has no sh block"
+    return block.group(1)
+
+
+def test_the_server_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    out = run_block(tmp_path, CLEANUP + walkthrough(), {"AGENTS_RUNNER_PORT": str(free_port())})
+    pending = [json.loads(line) for line in out.splitlines() if line.startswith('{"tool"')]
+    assert [call["tool"] for call in pending] == ["fetch_remote_a", "fetch_remote_b"]
+    # Both continuations applied (the second with resume), then the session's status.
+    assert '\n"applied"\n"applied"\ncompleted\n' in out
+    assert "All three calls are complete." in out
+    assert "- fetch_remote_a: 42" in out and "- fetch_remote_b: 42" in out
+    # The token file holds the hash, never the token.
+    (grant,) = json.loads((tmp_path / "tokens.json").read_text())
+    assert re.fullmatch(r"[0-9a-f]{64}", grant["sha256"]) and grant["role"] == "operator"
+    assert (tmp_path / ".agents-runner" / "server.db").is_file()
