@@ -68,7 +68,8 @@ async def retry(
     rt: Runtime, settings: GateSettings, session_id: str, token: str, *, force: bool
 ) -> Session:
     """Run an `unknown_outcome` call again: only with `force`, since its first attempt
-    may have had external effects."""
+    may have had external effects. A deferred call (its claim lapsed) is deferred again,
+    claimable by the next worker; any other call is ready for the next step."""
     async with open_session(rt, settings, session_id) as (session, holder):
         call = session.call_by_token(token)
         if call is None:
@@ -82,11 +83,14 @@ async def retry(
                 " --force to run it again anyway, or settle it with session complete/fail"
             )
         storage = rt.storage
+        deferred = call.defer_reason is not None
         if storage.durable is not None:
             abandoned = Effect(call.idempotency_key, session.id, call.id, call.attempts,
                                "external", "abandoned", None)  # fmt: skip
             await storage.run(storage.durable.record_effect, abandoned, holder.fences)
-        move_call(call, "ready", rt.clock.now_ms())
+            if deferred:  # released before the call is deferred: never handed out lapsed
+                await storage.run(storage.durable.reopen_claims, session.id, call.id)
+        move_call(call, "deferred" if deferred else "ready", rt.clock.now_ms())
         call.result, call.next_attempt_ms = None, None
         await rt.settle_and_commit(session, holder)
         return session

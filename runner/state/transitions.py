@@ -54,6 +54,7 @@ CALL_MOVES: tuple[Move, ...] = (
     Move("unknown_outcome", "completed", "an operator settled it with a result"),
     Move("unknown_outcome", "failed", "an operator settled it with an error"),
     Move("unknown_outcome", "ready", "an operator forced a new attempt (`retry --force`)"),
+    Move("unknown_outcome", "deferred", "an operator had a deferred call handed out again"),
     Move("unknown_outcome", "cancelled", "an operator cancelled the session"),
 )
 

@@ -359,6 +359,12 @@ class DurableStore(SessionStore):
         """A held claim past its expiry to `state`; True if it is in `state` now (also
         when it already was), False when it was renewed or finished meanwhile."""
 
+    @abstractmethod
+    def reopen_claims(self, session_id: str, call_id: str) -> None:
+        """Make a call whose claim lapsed (`lapsed`) claimable again (`released`): an
+        operator forced a new attempt, so the call is deferred again (`session retry
+        --force`). Nothing changes for a call without a lapsed claim."""
+
     # --- the tool cache -------------------------------------------------------------
 
     @abstractmethod

@@ -181,6 +181,9 @@ class DurableCompositeStore(CompositeStore, DurableStore):
     def settle_lapsed(self, token: str, state: Literal["released", "lapsed"]) -> bool:
         return self.primary.settle_lapsed(token, state)
 
+    def reopen_claims(self, session_id: str, call_id: str) -> None:
+        self.primary.reopen_claims(session_id, call_id)
+
     def get(self, tool: str, arguments: dict[str, Any]) -> ToolResult | None:
         return self.primary.get(tool, arguments)
 

@@ -151,6 +151,14 @@ class SQLiteClaims:
             ).rowcount
         return changed > 0
 
+    def reopen_claims(self, session_id: str, call_id: str) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE claims SET state = 'released' WHERE session_id = ? AND call_id = ?"
+                " AND state = 'lapsed'",
+                (session_id, call_id),
+            )
+
 
 def _prefixed(alias: str) -> str:
     return ", ".join(f"{alias}.{column.strip()}" for column in CLAIM_COLUMNS.split(","))

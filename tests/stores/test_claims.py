@@ -219,6 +219,24 @@ def test_a_lapsed_claim_of_a_tool_with_external_effects_goes_to_unknown_outcome(
     assert call_state(durable_store, session_id, "c_charge") == "completed"
 
 
+def test_a_forced_retry_hands_a_lapsed_external_call_out_again(durable_store: DurableStore):
+    session_id = waiting_session(durable_store)
+    [claim] = durable_store.claim_calls(["charge"], "w1", 0.05, 1)
+    lapse(durable_store, claim)
+    anyio.run(sweep_claims, durable_store)
+    assert call_state(durable_store, session_id, "c_charge") == "unknown_outcome"
+    retry = partial(agent_for(durable_store).retry, session_id, claim.continuation, force=True)
+    session = anyio.run(retry)
+    assert session.calls["c_charge"].state == "deferred"  # not ready: no step runs it
+    assert session.calls["c_charge"].result is None
+    [again] = durable_store.claim_calls(["charge"], "w2", 30, 1)
+    assert again.call_id == "c_charge" and again.token != claim.token
+    with pytest.raises(ClaimLost):
+        durable_store.finish_claim(claim.token)  # the first holder's token is dead
+    assert anyio.run(sweep_claims, durable_store) == 0  # nothing lapsed: not moved back
+    assert call_state(durable_store, session_id, "c_charge") == "deferred"
+
+
 def test_an_interrupted_sweep_is_finished_by_the_next(durable_store: DurableStore):
     session_id = waiting_session(durable_store)
     [claim] = durable_store.claim_calls(["charge"], "w1", 0.05, 1)

@@ -159,6 +159,17 @@ class CallClaims:
         )
         return row is not None
 
+    def reopen_claims(self, session_id: str, call_id: str) -> None:
+        self._db.statement(
+            f"reopening the claim of call {call_id} of session {session_id}",
+            lambda db: db.execute(
+                "UPDATE claims SET state = 'released' WHERE session_id = %s AND call_id = %s"
+                " AND state = 'lapsed'",
+                (session_id, call_id),
+            ),
+            writes=True,
+        )
+
 
 def _call(session_id: str, document: str) -> TrackedCall:
     try:
