@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import builtins
 import logging
-import threading
 import time
 from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
-import psycopg
-
-from runner.stores.base import FencedOut, Lease, StoreError
+from runner.stores.base import FencedOut, Lease
 from runner.stores.postgres.connections import Connection, Database, one, rows
+from runner.stores.postgres.events import Listener
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +37,7 @@ class Claims:
     _db: Database
     _instance: str
     _offer_ms: int
-    _listener: Connection | None
-    _listen_lock: threading.Lock
+    _due_listener: Listener
     #: Database time minus this host's clock, last measured (see `_stamp`).
     _offset_ms: int = 0
     description: str
@@ -109,37 +106,8 @@ class Claims:
 
     def wait_for_due(self, timeout_s: float) -> bool:
         """Block until a NOTIFY says a session may be due (True) or `timeout_s` passes
-        (False), on a LISTEN connection of its own. A lost connection is opened again at
-        the next call; meanwhile this sleeps, and polling carries on."""
-        give_up = time.monotonic() + timeout_s
-        if not self._listen_lock.acquire(timeout=timeout_s):
-            return False  # another thread is listening
-        try:
-            if self._listener is None:
-                self._listener = self._db.connect()
-                self._listener.execute(f"LISTEN {DUE_CHANNEL}".encode())
-            heard = False
-            for _ in self._listener.notifies(
-                timeout=max(0.0, give_up - time.monotonic()), stop_after=1
-            ):
-                heard = True
-            if heard:  # several at once are one wake-up
-                for _ in self._listener.notifies(timeout=0):
-                    pass
-            return heard
-        except (psycopg.Error, StoreError) as exc:
-            logger.warning(
-                "%s: listening for due sessions failed (%s); polling meanwhile",
-                self.description,
-                self._db.scrub(exc),
-            )
-            if self._listener is not None:
-                self._listener.close()
-                self._listener = None
-            time.sleep(max(0.0, give_up - time.monotonic()))
-            return False
-        finally:
-            self._listen_lock.release()
+        (False), on a LISTEN connection of its own (see Listener)."""
+        return self._due_listener.wait(timeout_s)
 
     # --- leases ------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,8 +74,7 @@ class PostgresStore(CallClaims, Claims, EventLog, DurableStore):
         self._instance = f"{uuid.uuid4()}"
         self._offer_ms = int(offer_s * 1000)
         self._settled = SettledCalls()
-        self._listener: Connection | None = None
-        self._listen_lock = threading.Lock()
+        self._due_listener = Listener(self._db, DUE_CHANNEL, self.description)
         self._event_listener = Listener(self._db, EVENTS_CHANNEL, self.description)
         try:
             with self._db.connect() as conn:
@@ -91,10 +89,7 @@ class PostgresStore(CallClaims, Claims, EventLog, DurableStore):
             raise
 
     def close(self) -> None:
-        with self._listen_lock:
-            if self._listener is not None:
-                self._listener.close()
-                self._listener = None
+        self._due_listener.close()
         self._event_listener.close()
         self._db.close()
 
