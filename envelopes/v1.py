@@ -27,37 +27,77 @@ from pydantic import (
     model_validator,
 )
 
+# The version, bounds and patterns live in envelopes.bounds (standard library only, for
+# workers that check requests without pydantic); re-exported here as part of v1.
+from envelopes.bounds import (
+    BASE64_PATTERN as BASE64_PATTERN,
+)
+from envelopes.bounds import (
+    DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX_RESULT_BYTES,
+)
+from envelopes.bounds import (
+    EXTENSION_KEY_PATTERN as EXTENSION_KEY_PATTERN,
+)
+from envelopes.bounds import (
+    FILENAME_PATTERN as FILENAME_PATTERN,
+)
+from envelopes.bounds import (
+    ID_PATTERN as ID_PATTERN,
+)
+from envelopes.bounds import (
+    MAJOR as MAJOR,
+)
+from envelopes.bounds import (
+    MAX_EXTENSIONS as MAX_EXTENSIONS,
+)
+from envelopes.bounds import (
+    MAX_ITEMS as MAX_ITEMS,
+)
+from envelopes.bounds import (
+    MAX_KEY as MAX_KEY,
+)
+from envelopes.bounds import (
+    MAX_MESSAGE as MAX_MESSAGE,
+)
+from envelopes.bounds import (
+    MAX_PARTS as MAX_PARTS,
+)
+from envelopes.bounds import (
+    MAX_PROPERTIES as MAX_PROPERTIES,
+)
+from envelopes.bounds import (
+    MAX_REQUEST_BYTES as MAX_REQUEST_BYTES,
+)
+from envelopes.bounds import (
+    MAX_RESULT_BYTES_CEILING as MAX_RESULT_BYTES_CEILING,
+)
+from envelopes.bounds import (
+    MAX_STRING as MAX_STRING,
+)
+from envelopes.bounds import (
+    MAX_TOOLS as MAX_TOOLS,
+)
+from envelopes.bounds import (
+    MIME_PATTERN as MIME_PATTERN,
+)
+from envelopes.bounds import (
+    SUPPORTED_VERSIONS as SUPPORTED_VERSIONS,
+)
+from envelopes.bounds import (
+    TOOL_NAME_PATTERN as TOOL_NAME_PATTERN,
+)
+from envelopes.bounds import (
+    VERSION as VERSION,
+)
+from envelopes.bounds import (
+    VERSION_PATTERN as VERSION_PATTERN,
+)
+from envelopes.bounds import (
+    WORKER_VERSION_PATTERN as WORKER_VERSION_PATTERN,
+)
 from envelopes.wire import MAX_SAFE_INTEGER
 
-VERSION = "1.0"
-MAJOR = 1
-SUPPORTED_VERSIONS: tuple[str, ...] = ("1.0",)
 SCHEMA_BASE_ID = "https://agents-runner.dev/schemas/envelope"
-
-# --- bounds --------------------------------------------------------------------------
-
-#: Largest result a caller may ask for (`limits.max_result_bytes`).
-MAX_RESULT_BYTES_CEILING = 64 * 1024 * 1024
-DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
-#: Largest request envelope a runner will send or a worker should accept.
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
-#: Longest string anywhere inside an envelope (content is further capped by bytes).
-MAX_STRING = MAX_RESULT_BYTES_CEILING
-MAX_MESSAGE = 64 * 1024
-MAX_ITEMS = 100_000
-MAX_PROPERTIES = 10_000
-MAX_KEY = 1024
-MAX_PARTS = 256
-MAX_TOOLS = 256
-
-# Identifiers: ASCII only and anchored, so Python `re` and ECMA-262 agree on them.
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
-VERSION_PATTERN = r"^[0-9]{1,4}\.[0-9]{1,4}$"
-EXTENSION_KEY_PATTERN = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-MIME_PATTERN = r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}$"
-BASE64_PATTERN = r"^[A-Za-z0-9+/]*={0,2}$"
-FILENAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_. -]{0,254}$"
 
 # --- error codes ---------------------------------------------------------------------
 
@@ -262,7 +302,7 @@ class ToolCallRequest(Inbound):
         Annotated[
             dict[Annotated[str, Field(pattern=EXTENSION_KEY_PATTERN)], JsonValue],
             # Closed, so the schema refuses un-namespaced keys as the model does.
-            Field(max_length=64, json_schema_extra={"additionalProperties": False}),
+            Field(max_length=MAX_EXTENSIONS, json_schema_extra={"additionalProperties": False}),
         ]
         | None
     ) = Field(default=None, description="Namespaced keys (`vendor/key`); ignored when unknown.")
@@ -377,9 +417,7 @@ class ToolCallResult(Outbound):
 
 class WorkerInfo(Outbound):
     name: Annotated[str, Field(pattern=TOOL_NAME_PATTERN, max_length=64)]
-    version: Annotated[
-        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$")
-    ]
+    version: Annotated[str, Field(min_length=1, max_length=64, pattern=WORKER_VERSION_PATTERN)]
 
 
 class ToolDescription(Outbound):

@@ -7,14 +7,20 @@ Infinity, no lone surrogates, integers that survive an IEEE double, bounded nest
 nothing after the document but whitespace. A parser differential (two parsers reading one
 payload differently) is how envelopes get smuggled past reviewers; this closes them.
 
-Only the standard library is used here, so any worker can vendor this file.
+Only the standard library is used here, so any worker can vendor this file. On CPython it
+drives the `_json` accelerator (the very scanner and encoder `json` itself uses) without
+importing the `json` package, whose import (and `re`'s) costs a fresh worker process more
+CPU than everything else it does for a request; elsewhere it falls back to `json`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from typing import Any
+
+#: typing itself costs a fresh process milliseconds; mypy reads this name as typing's.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Deepest nesting of arrays and objects accepted in a document (the envelope itself
 #: uses four levels; tool arguments and JSON output get the rest).
@@ -68,12 +74,57 @@ def _parse_float(text: str) -> float:
     return value
 
 
-_DECODER = json.JSONDecoder(
-    object_pairs_hook=_pairs_without_duplicates,
-    parse_constant=_reject_constant,
-    parse_int=_parse_int,
-    parse_float=_parse_float,
-)
+class _ScanContext:
+    """What the scanner reads off a json.JSONDecoder: the same hooks, strict strings."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = staticmethod(_pairs_without_duplicates)
+    parse_float = staticmethod(_parse_float)
+    parse_int = staticmethod(_parse_int)
+    parse_constant = staticmethod(_reject_constant)
+
+
+def _raise_unserializable(value: object) -> Any:
+    # json.JSONEncoder.default's message, word for word.
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+_make_encoder: Any
+try:
+    import _json
+
+    _encode_string: Any = _json.encode_basestring
+    _make_encoder = _json.make_encoder
+    _make_scanner: Any = _json.make_scanner
+except ImportError:  # not CPython: the json package's pure-Python twins
+    from json import encoder as _py_encoder
+    from json import scanner as _py_scanner
+
+    _encode_string = _py_encoder.py_encode_basestring
+    _make_scanner = _py_scanner.py_make_scanner  # type: ignore[attr-defined]
+
+    _make_encoder = None
+
+_scan_once: Any = _make_scanner(_ScanContext())
+
+
+def _scan(text: str, start: int) -> tuple[Any, int]:
+    try:
+        result: tuple[Any, int] = _scan_once(text, start)
+    except SystemError:
+        # The C scanner words its errors with json.decoder.JSONDecodeError, which it only
+        # looks up among the modules already imported: import it and scan again.
+        import json.decoder  # noqa: F401
+
+        result = _scan_once(text, start)
+    return result
+
+
+def _json_error(message: str, text: str, pos: int) -> ValueError:
+    from json import JSONDecodeError  # only on the way to an error
+
+    return JSONDecodeError(message, text, pos)
 
 
 def _check_tree(value: Any, max_depth: int) -> None:
@@ -121,13 +172,18 @@ def loads(data: bytes, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> dict[st
     except UnicodeDecodeError as exc:
         raise WireError(f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        value, end = _DECODER.raw_decode(text, _skip_whitespace(text, 0))
+        start = _skip_whitespace(text, 0)
+        try:
+            value, end = _scan(text, start)
+        except StopIteration as stop:  # what json.JSONDecoder.raw_decode turns it into
+            raise _json_error("Expecting value", text, stop.value) from None
     except _Reject as exc:
         raise WireError(str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise WireError(
-            f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
+    except ValueError as exc:
+        if not hasattr(exc, "lineno"):  # not the scanner's json.JSONDecodeError
+            raise
+        where = f"line {getattr(exc, 'lineno', 0)} column {getattr(exc, 'colno', 0)}"
+        raise WireError(f"invalid JSON at {where}: {getattr(exc, 'msg', exc)}") from None
     except RecursionError:
         raise WireError(f"nesting deeper than {max_depth} levels") from None
     rest = _skip_whitespace(text, end)
@@ -146,10 +202,24 @@ def _skip_whitespace(text: str, index: int) -> int:
     return index
 
 
+def _encode(value: Any) -> str:
+    """json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))."""
+    if isinstance(value, str):
+        return str(_encode_string(value))
+    if _make_encoder is None:
+        import json
+
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    # A fresh encoder per call: its `markers` dict is the circular-reference check.
+    encoder = _make_encoder(
+        {}, _raise_unserializable, _encode_string, None, ":", ",", False, False, False
+    )
+    return "".join(encoder(value, 0))
+
+
 def dumps(value: Any) -> bytes:
     """Serialize for the wire: compact UTF-8, no NaN, lone surrogates refused."""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        return text.encode("utf-8")
+        return _encode(value).encode("utf-8")
     except (ValueError, UnicodeEncodeError) as exc:
         raise WireError(f"cannot serialize: {exc}") from None

@@ -19,45 +19,59 @@ against the tool's schema (INVALID_ARGUMENTS with the path and the rule, never t
 keeps stdout pure by pointing fd 1 at stderr while your tool runs (so even a child
 process's prints become logs), refuses a result larger than `limits.max_result_bytes`
 (LIMIT_EXCEEDED), and exits 0 for `ok` and 1 for `error`.
+
+Fast start: a worker is one process per call, so its start is paid on every call. The
+usual path (a well-formed request, arguments that fit the schema, a str or plain JSON
+result) imports nothing but the standard library's core: the request is checked by
+envelopes.worker_request, the arguments by a check compiled from the schema
+(envelopes.worker_schema) and the answer is written by envelopes.wire. Whenever one of
+those checks cannot vouch for a value, the pydantic models and jsonschema (imported
+then) decide, so answers and error messages are exactly the models' (a test runs both
+paths side by side). The `request` a handler gets is a RequestView: the fields of a
+ToolCallRequest as attributes; anything else (`model_dump()`, ...) is delegated to the
+real model, built on first use.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-import jsonschema
+from envelopes import bounds, wire
+from envelopes.worker_request import RequestView, check_call, is_version, json_bounded
+from envelopes.worker_request import is_tool_name as _is_tool_name
+from envelopes.worker_request import is_worker_version as _is_worker_version
+from envelopes.worker_schema import compile_schema
 
-from envelopes import codec
-from envelopes.v1 import (
-    MAX_MESSAGE,
-    MAX_REQUEST_BYTES,
-    SUPPORTED_VERSIONS,
-    DescribeRequest,
-    DescribeResult,
-    Effects,
-    JsonOutput,
-    MediaOutput,
-    MixedOutput,
-    TextOutput,
-    ToolCallRequest,
-    ToolCallResult,
-    ToolDescription,
-    WorkerErrorCode,
-    WorkerInfo,
-    is_worker_error_code,
-)
+TYPE_CHECKING = False  # typing costs a fresh process milliseconds; mypy reads it as typing's
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeAlias
 
-Output = TextOutput | JsonOutput | MediaOutput | MixedOutput
-Handler = Callable[[dict[str, Any], ToolCallRequest], Any]
+    import jsonschema
+
+    from envelopes.v1 import (
+        DescribeResult,
+        Effects,
+        JsonOutput,
+        MediaOutput,
+        MixedOutput,
+        TextOutput,
+        ToolCallRequest,
+        ToolCallResult,
+        WorkerInfo,
+    )
+
+    Output: TypeAlias = TextOutput | JsonOutput | MediaOutput | MixedOutput
+    Handler: TypeAlias = Callable[[dict[str, Any], ToolCallRequest], Any]
 
 #: Echoed when a request is too broken to carry a usable id.
 UNKNOWN_ID = "unknown"
+#: Nesting of a JSON result the fast path writes itself; deeper ones go through the models
+#: (the runner refuses envelopes nested deeper than wire.MAX_DEPTH anyway).
+_FAST_DEPTH = wire.MAX_DEPTH - 4
+_EFFECTS = ("none", "contained", "external")
+_WORKER_CODES = frozenset(bounds.WORKER_ERROR_CODE_NAMES)
 
 
 class ToolError(Exception):
@@ -70,92 +84,248 @@ class ToolError(Exception):
         self.retryable = retryable
 
 
-@dataclass(frozen=True)
+class _Slow(Exception):
+    """The fast path cannot vouch for a value: let the models decide."""
+
+
 class _Tool:
-    description: ToolDescription
-    validator: jsonschema.protocols.Validator
-    handler: Handler
+    __slots__ = ("_validator", "check", "description", "handler", "schema")
+
+    def __init__(
+        self, description: dict[str, Any], check: Callable[[Any], bool] | None, handler: Handler
+    ) -> None:
+        self.description = description
+        self.schema = description["input_schema"]
+        self.check = check
+        self.handler = handler
+        self._validator: jsonschema.protocols.Validator | None = None
+
+    def validator(self) -> jsonschema.protocols.Validator:
+        if self._validator is None:
+            import jsonschema
+
+            self._validator = jsonschema.Draft202012Validator(self.schema)
+        return self._validator
+
+    def problem(self, arguments: dict[str, Any]) -> str | None:
+        """Why `arguments` break the schema, or None when they fit."""
+        if self.check is not None and self.check(arguments):
+            return None
+        import jsonschema
+
+        found = jsonschema.exceptions.best_match(self.validator().iter_errors(arguments))
+        return None if found is None else _argument_problem(found)[: bounds.MAX_MESSAGE]
+
+
+class _Answer:
+    """One answer: its wire bytes, whether it is an error, and the model when one was built."""
+
+    __slots__ = ("failed", "model", "payload")
+
+    def __init__(
+        self, payload: bytes, failed: bool, model: ToolCallResult | DescribeResult | None = None
+    ) -> None:
+        self.payload = payload
+        self.failed = failed
+        self.model = model
 
 
 class Worker:
     def __init__(
-        self, name: str, version: str, supported_versions: tuple[str, ...] = SUPPORTED_VERSIONS
+        self,
+        name: str,
+        version: str,
+        supported_versions: tuple[str, ...] = bounds.SUPPORTED_VERSIONS,
     ) -> None:
-        self.info = WorkerInfo(name=name, version=version)
+        if not (_is_tool_name(name) and _is_worker_version(version)):
+            from envelopes.v1 import WorkerInfo
+
+            WorkerInfo(name=name, version=version)  # raises the model's ValidationError
+        self._info = {"name": name, "version": version}
         self.supported_versions = supported_versions
         self._tools: dict[str, _Tool] = {}
+        self._described: bytes | None = None
+
+    @property
+    def info(self) -> WorkerInfo:
+        from envelopes.v1 import WorkerInfo
+
+        return WorkerInfo.model_validate(self._info)
 
     def tool(
         self, name: str, *, description: str, input_schema: dict[str, Any], effects: Effects
     ) -> Callable[[Handler], Handler]:
         """Register `handler(arguments, request)`; it returns a str (text output), an
         output model, or any other JSON value (json output), or raises ToolError."""
-        jsonschema.Draft202012Validator.check_schema(input_schema)
-        described = ToolDescription(
-            name=name, description=description, input_schema=input_schema, effects=effects
-        )
+        check = compile_schema(input_schema)
+        if check is None:  # outside the compiled subset: jsonschema checks and validates
+            import jsonschema
+
+            jsonschema.Draft202012Validator.check_schema(input_schema)
+        described = {
+            "name": name,
+            "description": description,
+            "input_schema": input_schema,
+            "effects": effects,
+        }
+        if not (
+            _is_tool_name(name)
+            and type(description) is str
+            and len(description) <= 4096
+            and effects in _EFFECTS
+            and type(input_schema) is dict
+            and json_bounded(input_schema, exact=True, max_depth=_FAST_DEPTH)
+        ):
+            from envelopes.v1 import ToolDescription
+
+            model = ToolDescription(
+                name=name, description=description, input_schema=input_schema, effects=effects
+            )
+            described = model.to_wire()
 
         def register(handler: Handler) -> Handler:
-            validator = jsonschema.Draft202012Validator(input_schema)
-            self._tools[name] = _Tool(described, validator, handler)
+            self._tools[name] = _Tool(described, check, handler)
+            self._described = None
             return handler
 
         return register
 
     def describe(self) -> DescribeResult:
+        from envelopes.v1 import DescribeResult, ToolDescription
+
         return DescribeResult(
             worker=self.info,
             supported_versions=list(self.supported_versions),
-            tools=[tool.description for tool in self._tools.values()],
+            tools=[ToolDescription.model_validate(t.description) for t in self._tools.values()],
         )
 
     def handle(self, data: bytes) -> ToolCallResult | DescribeResult:
-        """Answer one request given as raw bytes; never raises."""
-        try:
-            request = codec.decode_request(data, self.supported_versions)
-        except codec.RequestError as exc:
-            return ToolCallResult.fail(exc.request_id or UNKNOWN_ID, exc.code, exc.message)
-        if isinstance(request, DescribeRequest):
-            return self.describe()
+        """Answer one request given as raw bytes, as a model; never raises."""
+        answer = self.answer(data)
+        if answer.model is not None:
+            return answer.model
+        from envelopes.v1 import DescribeResult, ToolCallResult
+
+        doc = wire.loads(answer.payload, max_bytes=len(answer.payload))
+        if doc["kind"] == "DescribeResult":
+            return DescribeResult.model_validate(doc)
+        return ToolCallResult.model_validate(doc)
+
+    def answer(self, data: bytes) -> _Answer:
+        """Answer one request given as raw bytes, as wire bytes; never raises."""
+        request = self._fast_request(data)
+        if request is None:
+            from envelopes import codec
+            from envelopes.v1 import DescribeRequest, ToolCallResult
+
+            try:
+                decoded = codec.decode_request(data, self.supported_versions)
+            except codec.RequestError as exc:
+                refusal = ToolCallResult.fail(exc.request_id or UNKNOWN_ID, exc.code, exc.message)
+                return _Answer(codec.encode(refusal), True, refusal)
+            if isinstance(decoded, DescribeRequest):
+                return self._describe_answer()
+            return self._call(decoded)
+        if isinstance(request, str):  # "describe"
+            return self._describe_answer()
         return self._call(request)
 
-    def _call(self, request: ToolCallRequest) -> ToolCallResult:
-        def fail(code: str, message: str, retryable: bool = False) -> ToolCallResult:
-            sent: WorkerErrorCode = "INTERNAL"
-            if is_worker_error_code(code):  # else ErrorInfo raises or the runner refuses
+    def _fast_request(self, data: bytes) -> ToolCallRequest | str | None:
+        """The request when the fast checks vouch for it ("describe" for a describe), else
+        None: the models then decide and word any refusal."""
+        try:
+            doc = wire.loads(data, max_bytes=bounds.MAX_REQUEST_BYTES)
+        except wire.WireError:
+            return None
+        version = doc.get("version")
+        if type(version) is not str or version not in self.supported_versions:
+            return None
+        if not is_version(version):
+            return None
+        kind = doc.get("kind")
+        if kind == "DescribeRequest":
+            return "describe"
+        if kind != "ToolCallRequest":
+            return None
+        view: ToolCallRequest | None = check_call(doc)  # type: ignore[assignment]
+        return view
+
+    def _describe_answer(self) -> _Answer:
+        if self._described is None:
+            versions = list(self.supported_versions)
+            if not (
+                1 <= len(versions) <= 16
+                and all(type(v) is str and is_version(v) for v in versions)
+                and len(self._tools) <= bounds.MAX_TOOLS
+            ):
+                from envelopes import codec
+
+                model = self.describe()  # raises the model's error, as it always did
+                return _Answer(codec.encode(model), False, model)
+            self._described = wire.dumps(
+                {
+                    "kind": "DescribeResult",
+                    "version": bounds.VERSION,
+                    "worker": self._info,
+                    "supported_versions": versions,
+                    "tools": [tool.description for tool in self._tools.values()],
+                }
+            )
+        return _Answer(self._described, False)
+
+    def _call(self, request: ToolCallRequest) -> _Answer:
+        def fail(code: str, message: str, retryable: bool = False) -> _Answer:
+            sent = "INTERNAL"
+            if code in _WORKER_CODES:  # else ErrorInfo raises or the runner refuses
                 sent = code
             else:
                 message = f"tool raised ToolError({code[:64]!r}), not a worker code: {message}"
                 retryable = False
             message = message.encode("utf-8", "replace").decode("utf-8")  # lone surrogates
-            return ToolCallResult.fail(request.id, sent, message, retryable, request.version)
+            flag: object = retryable  # from user code: ErrorInfo is strict about it
+            if type(flag) is not bool:
+                return _slow_failure(request, sent, message, flag)
+            error = {"code": sent, "message": message[: bounds.MAX_MESSAGE]}
+            error["retryable"] = retryable  # type: ignore[assignment]
+            envelope = _envelope(request, "error", "error", error)
+            return _Answer(wire.dumps(envelope), True)
 
         tool = self._tools.get(request.tool.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
             return fail("UNKNOWN_TOOL", f"no tool {request.tool.name!r}; this worker has: {known}")
-        problem = jsonschema.exceptions.best_match(tool.validator.iter_errors(request.arguments))
+        problem = tool.problem(request.arguments)
         if problem is not None:
-            return fail("INVALID_ARGUMENTS", _argument_problem(problem)[:MAX_MESSAGE])
+            return fail("INVALID_ARGUMENTS", problem)
+        model: ToolCallResult | None = None
         try:
             value = tool.handler(dict(request.arguments), request)
-            result = ToolCallResult.ok(request.id, _as_output(value), request.version)
-            size = len(codec.encode(result))  # may fail too (e.g. RecursionError)
+            try:
+                payload = wire.dumps(_envelope(request, "ok", "output", _fast_output(value)))
+            except (_Slow, wire.WireError):
+                from envelopes import codec
+                from envelopes.v1 import ToolCallResult
+
+                model = ToolCallResult.ok(request.id, _as_output(value), request.version)
+                payload = codec.encode(model)  # may fail too (e.g. RecursionError)
         except ToolError as exc:
             return fail(exc.code, exc.message, exc.retryable)
         except Exception as exc:
+            import traceback
+
             traceback.print_exc(file=sys.stderr)
             return fail("INTERNAL", f"{type(exc).__name__}: {exc}")
-        if size > request.limits.max_result_bytes:
+        if len(payload) > request.limits.max_result_bytes:
             return fail(
                 "LIMIT_EXCEEDED",
-                f"result is {size} bytes, over max_result_bytes={request.limits.max_result_bytes}",
+                f"result is {len(payload)} bytes, over max_result_bytes="
+                f"{request.limits.max_result_bytes}",
             )
-        return result
+        return _Answer(payload, False, model)
 
     def serve(self) -> None:
         """Serve one request from stdin to stdout and exit with the envelope's exit code."""
-        data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+        data = sys.stdin.buffer.read(bounds.MAX_REQUEST_BYTES + 1)
         # Anything the tool (or a child process) prints goes to stderr, never into the
         # envelope: fd 1 points at stderr until the answer is written on the saved fd.
         # The flush comes after the switch, so prints still buffered from before run()
@@ -163,17 +333,52 @@ class Worker:
         envelope_fd = os.dup(1)
         os.dup2(2, 1)
         sys.stdout.flush()
-        answer = self.handle(data)
-        failed = isinstance(answer, ToolCallResult) and answer.status == "error"
-        payload = codec.encode(answer)
+        answer = self.answer(data)
         sys.stdout.flush()
         sys.stderr.flush()
-        with os.fdopen(envelope_fd, "wb") as out:
-            out.write(payload)
-        os._exit(1 if failed else 0)
+        view = memoryview(answer.payload)
+        while view:
+            view = view[os.write(envelope_fd, view) :]
+        os._exit(1 if answer.failed else 0)
+
+
+def _envelope(request: ToolCallRequest, status: str, key: str, body: Any) -> dict[str, Any]:
+    """A ToolCallResult as its model dumps it (same keys, same order)."""
+    return {
+        "kind": "ToolCallResult",
+        "version": request.version,
+        "id": request.id,
+        "status": status,
+        key: body,
+    }
+
+
+def ok_envelope(request: ToolCallRequest, content: Any) -> dict[str, Any]:
+    """The wire document of an `ok` result with JSON `content` (for sizing a result)."""
+    return _envelope(request, "ok", "output", {"type": "json", "content": content})
+
+
+def _fast_output(value: Any) -> dict[str, Any]:
+    if type(value) is str:
+        if len(value) > bounds.MAX_STRING:
+            raise _Slow
+        return {"type": "text", "content": value}
+    if not json_bounded(value, exact=True, max_depth=_FAST_DEPTH):
+        raise _Slow
+    return {"type": "json", "content": value}
+
+
+def _slow_failure(request: ToolCallRequest, code: Any, message: str, retryable: Any) -> _Answer:
+    from envelopes import codec
+    from envelopes.v1 import ToolCallResult
+
+    model = ToolCallResult.fail(request.id, code, message, retryable, request.version)
+    return _Answer(codec.encode(model), True, model)
 
 
 def _as_output(value: Any) -> Output:
+    from envelopes.v1 import JsonOutput, MediaOutput, MixedOutput, TextOutput
+
     if isinstance(value, TextOutput | JsonOutput | MediaOutput | MixedOutput):
         return value
     if isinstance(value, str):
@@ -184,6 +389,8 @@ def _as_output(value: Any) -> Output:
 def _argument_problem(problem: jsonschema.ValidationError) -> str:
     """Where the arguments break the schema and which rule, never the value itself:
     a refused value may be a secret the model pasted, and messages reach logs."""
+    import json
+
     where = "arguments" + "".join(f"[{p!r}]" for p in problem.absolute_path)
     if problem.validator in ("required", "additionalProperties", "dependentRequired"):
         return f"{where}: {problem.message}"  # names properties, not values
@@ -191,3 +398,6 @@ def _argument_problem(problem: jsonschema.ValidationError) -> str:
         return f"{where}: the value is not of type {problem.validator_value!r}"
     rule = json.dumps(problem.validator_value, ensure_ascii=False)[:200]
     return f"{where}: the value fails {problem.validator} {rule}"
+
+
+__all__ = ["UNKNOWN_ID", "RequestView", "ToolError", "Worker", "ok_envelope"]

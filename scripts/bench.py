@@ -7,7 +7,7 @@ running Docker engine and the images of `scripts/build-images`.
 
     scripts/bench [--json FILE]
                   [--only local,docker,pool,throughput,sessions,postgres,server,events,
-                          claims]
+                          claims,workers]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from bench_claims import bench_claims
 from bench_events import bench_events
 from bench_server import bench_server
 from bench_sessions import bench_postgres, bench_sessions
+from bench_workers import bench_workers
 from benchkit import Report, Row, compared, p95, render, timed
 
 from envelopes import codec
@@ -59,7 +60,7 @@ MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCall
                   "\"version\":\"1.0\",\"id\":\"bench-0\",\"status\":\"ok\","
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
 ROWS = ("local", "docker", "pool", "throughput", "sessions", "postgres", "server", "events",
-        "claims")  # fmt: skip
+        "claims", "workers")  # fmt: skip
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
 POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
 
@@ -290,6 +291,8 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
         await bench_docker(report, want_pool="pool" in only, want_cold="docker" in only)
     if "throughput" in only:
         await bench_throughput(report, api)
+    if "workers" in only:
+        await bench_workers(report, api, docker_run_argv)
     if "sessions" in only:
         with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
             await bench_sessions(report, Path(directory))

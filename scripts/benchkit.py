@@ -23,6 +23,8 @@ class Row:
     target: str = ""
     met: bool | None = None
     note: str = ""
+    #: Anything else a row measured, for the JSON report only (e.g. a CPU split).
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

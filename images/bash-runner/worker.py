@@ -7,24 +7,34 @@ The image runs it as `/opt/agents-runner/venv/bin/python -I -B /opt/agents-runne
 
 The script runs as `bash -c SCRIPT` in its own process group with the optional `stdin`
 text on its standard input; see images/common/run_child.py for how output, deadlines and
-left-over processes are handled. A non-zero exit code is still an `ok` result: the exit
-code is part of the answer. Only the deadline turns into an error (DEADLINE_EXCEEDED).
+left-over processes are handled. A script longer than a command line can carry (over
+96 KiB of UTF-8; the kernel's limit is 128 KiB) is read from descriptor 3 instead, as
+`bash -c '. /dev/fd/3'`: the same shell, but error messages name /dev/fd/3 and a
+top-level `return` ends the script. A non-zero exit code is still an `ok` result: the
+exit code is part of the answer. Only the deadline turns into an error (DEADLINE_EXCEEDED).
+
+Startup matters (one process per call): nothing beyond envelopes.worker and run_child is
+imported, and both keep to what a bare interpreter has loaded.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
-from typing import Any
 
-from envelopes.v1 import ToolCallRequest
 from envelopes.worker import Worker
 
 try:
     import run_child
 except ModuleNotFoundError:  # a source checkout: the module lives in images/common
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "common"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
     import run_child
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from envelopes.v1 import ToolCallRequest
 
 MAX_TEXT = 1024 * 1024
 
@@ -60,7 +70,12 @@ worker = Worker("bash-runner", "0.1.0")
 )
 def bash(arguments: dict[str, Any], request: ToolCallRequest) -> dict[str, Any]:
     return run_child.run_for_request(
-        ["bash", "-c", arguments["script"]], arguments.get("stdin"), request, "bash"
+        ["bash", "-c"],
+        arguments.get("stdin"),
+        request,
+        "bash",
+        code=arguments["script"],
+        code_on_fd_argv=["bash", "-c", f". /dev/fd/{run_child.CODE_FD}"],
     )
 
 

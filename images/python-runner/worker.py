@@ -14,18 +14,22 @@ From a source checkout:
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
-from typing import Any
 
-from envelopes.v1 import ToolCallRequest
 from envelopes.worker import Worker
 
 try:
     import run_child
 except ModuleNotFoundError:  # a source checkout: the module lives in images/common
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "common"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
     import run_child
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from envelopes.v1 import ToolCallRequest
 
 MAX_TEXT = 1024 * 1024
 
@@ -56,8 +60,15 @@ worker = Worker("python-runner", "0.1.0")
     },
 )
 def python(arguments: dict[str, Any], request: ToolCallRequest) -> dict[str, Any]:
+    # Code too long for a command line runs as the script /dev/fd/3 (`-c` is the same
+    # interpreter; tracebacks then name /dev/fd/3 instead of <string>).
     return run_child.run_for_request(
-        [sys.executable, "-I", "-c", arguments["code"]], arguments.get("stdin"), request, "python"
+        [sys.executable, "-I", "-c"],
+        arguments.get("stdin"),
+        request,
+        "python",
+        code=arguments["code"],
+        code_on_fd_argv=[sys.executable, "-I", f"/dev/fd/{run_child.CODE_FD}"],
     )
 
 
