@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 
 from runner.cli.app import fail
+from runner.cli.pooling import with_pool
 from runner.llm import LLMError
 from runner.session import (
     Agent,
@@ -72,11 +73,24 @@ PollSecondsOption = Annotated[
 ]
 
 
+#: What `--pool-size` and `--pool-idle-seconds` read when not given (runner/cli/pooling.py).
+POOL_SIZE_VARIABLE = "AGENTS_RUNNER_POOL_SIZE"
+POOL_IDLE_VARIABLE = "AGENTS_RUNNER_POOL_IDLE_SECONDS"
+
 PoolSizeOption = Annotated[
-    int,
-    typer.Option("--pool-size", min=0, max=64,
+    int | None,
+    typer.Option("--pool-size", min=0, max=64, envvar=POOL_SIZE_VARIABLE,
                  help="warm containers kept ready for Docker-isolated calls, per image and"
-                      " limits (0: each call starts its own container)"),
+                      " limits (0: each call starts its own container; unset: each docker"
+                      " spec's `pool` setting)"),
+]  # fmt: skip
+
+
+PoolIdleOption = Annotated[
+    float | None,
+    typer.Option("--pool-idle-seconds", min=0.1, envvar=POOL_IDLE_VARIABLE,
+                 help="a warm pool's shelf no call used for this long gives back its idle"
+                      " containers (default 180)"),
 ]  # fmt: skip
 
 
@@ -203,6 +217,18 @@ def read_attached(paths: list[Path] | None) -> list[Attachment]:
 def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
     with user_errors():
         return anyio.run(function, *args)
+
+
+def run_pooled(
+    agent: DurableAgent, pool_size: int | None, action: Callable[[DurableAgent], Awaitable[T]]
+) -> T:
+    """`action(agent)`, its Docker-isolated calls served from a warm pool of `pool_size`
+    (`--pool-size`; None: each docker spec's `pool`), removed before this returns."""
+
+    async def pooled() -> T:
+        return await with_pool(agent, pool_size, action)
+
+    return run_async(pooled)
 
 
 def emit(document: dict[str, Any], as_json: bool, human: Callable[[], None]) -> None:

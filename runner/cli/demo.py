@@ -7,7 +7,9 @@
 3. `session resume ID` continues to the final answer, which lists every result.
 Nothing is passed between the steps but the store file and the printed tokens. Without a
 Docker engine (or the image) the bash call runs through the local-process runner instead,
-and the demo says so.
+and the demo says so. `--pool-size N` (or AGENTS_RUNNER_POOL_SIZE) is given to the steps
+that run calls, whose Docker call then starts from a warm container. What the steps log
+on stderr (AGENTS_RUNNER_LOG_LEVEL) is passed on to the demo's own stderr.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from runner.cli.app import app, fail
-from runner.cli.common import JsonOption, console
+from runner.cli.common import JsonOption, PoolSizeOption, console
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_AGENT = REPO / "examples" / "agents" / "demo.json"
@@ -74,6 +76,8 @@ def agents_runner(*args: str) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         fail(f"`agents-runner {' '.join(args)}` failed: {done.stderr.strip()}", 1)
+    if done.stderr:  # the step's log lines (warnings; more at a lower log level)
+        sys.stderr.write(done.stderr)
     document: dict[str, Any] = json.loads(done.stdout)
     return document
 
@@ -86,6 +90,7 @@ def demo(
     runner: Annotated[
         str, typer.Option("--runner", help="auto, docker or local (for the bash call)")
     ] = "auto",
+    pool_size: PoolSizeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show a session that yields, is completed from outside and resumes, step by step."""
@@ -99,12 +104,13 @@ def demo(
     if "://" not in store:  # an SQLite file: its folder may not exist yet
         Path(store.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agents-runner-demo-") as scratch:
-        trace = three_steps(store, problem, Path(scratch), as_json)
+        trace = three_steps(store, problem, Path(scratch), as_json, pool_size)
     if as_json:
         typer.echo(json.dumps(trace, ensure_ascii=False))
 
 
-def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool) -> dict[str, Any]:
+def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
+                pool_size: int | None = None) -> dict[str, Any]:  # fmt: skip
     say = (lambda *a, **k: None) if as_json else console.print
     agent_file = DEMO_AGENT
     note = None
@@ -114,11 +120,14 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool) -
         agent_file = local_agent(scratch)
         say(f"[bold yellow]{note}[/]")
     trace: dict[str, Any] = {"store": redacted(store), "runner": "local" if problem else "docker",
-                             "note": note, "steps": []}  # fmt: skip
+                             "pool_size": pool_size, "note": note, "steps": []}  # fmt: skip
     common = ("--store", store)
+    # The steps that run calls; None leaves them to read the variable themselves.
+    pooled = () if pool_size is None else ("--pool-size", str(pool_size))
 
     say(Panel(f"[bold]Step 1[/]: run the agent (a new process)\nuser: {PROMPT}"))
-    first = agents_runner("run", "--agent-file", str(agent_file), "--prompt", PROMPT, *common)
+    first = agents_runner("run", "--agent-file", str(agent_file), "--prompt", PROMPT, *common,
+                          *pooled)  # fmt: skip
     trace["steps"].append({"step": 1, "command": "run", "output": first})
     session_id = first["session_id"]
     if first["status"] != "paused":
@@ -139,7 +148,7 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool) -
             f" {woken['open_calls']} call(s) still open")  # fmt: skip
 
     say(Panel("[bold]Step 3[/]: resume the session to its final answer (a new process)"))
-    final = agents_runner("session", "resume", session_id, *common)
+    final = agents_runner("session", "resume", session_id, *common, *pooled)
     trace["steps"].append({"step": 3, "command": "session resume", "output": final})
     if final["status"] != "completed":
         fail(f"step 3 should complete the session, it is {final['status']}", 1)

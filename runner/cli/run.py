@@ -18,13 +18,14 @@ from runner.cli.common import (
     AgentFileOption,
     AttachOption,
     JsonOption,
+    PoolSizeOption,
     StoreOption,
     agent_from_file,
     console,
     open_sessions,
     read_attached,
     read_prompt,
-    run_async,
+    run_pooled,
 )
 
 
@@ -43,6 +44,7 @@ def run(
     attach: AttachOption = None,
     agent_file: AgentFileOption = None,
     store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run to the final answer, or stop when the turn waits on deferred calls and print
@@ -51,7 +53,7 @@ def run(
     attachments = read_attached(attach)
     with open_sessions(store) as opened:
         agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
-        report = run_async(agent.run, text, attachments)
+        report = run_pooled(agent, pool_size, lambda pooled: pooled.run(text, attachments))
     document = report.to_dict()
     if report.status == "waiting":
         document["status"] = "paused"

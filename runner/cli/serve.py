@@ -1,8 +1,9 @@
 """`agents-runner serve --store LOC`: the HTTP API (runner/server) on uvicorn, with the
 worker loop in the same process advancing due sessions. SIGTERM (or SIGINT) drains both:
 uvicorn finishes the requests it has, the loop finishes the sessions it holds (releasing
-their leases), and the process exits 0. With --pool-size N, Docker-isolated calls the
-loop runs start from warm containers (runner.isolation's WarmPool), all removed on drain.
+their leases), and the process exits 0. With --pool-size N (or AGENTS_RUNNER_POOL_SIZE,
+or a docker spec's `pool`: runner/cli/pooling.py), Docker-isolated calls the loop runs
+start from warm containers (runner.isolation's WarmPool), all removed on drain.
 
 Access control needs --tokens FILE; without it the server refuses to start unless
 --no-auth is given, and then only on a loopback address.
@@ -28,6 +29,7 @@ from runner.cli.common import (
     DEFAULT_STORE,
     ConcurrencyOption,
     PollSecondsOption,
+    PoolIdleOption,
     PoolSizeOption,
     StoreOption,
     open_store,
@@ -65,7 +67,8 @@ def serve(
     ] = False,
     concurrency: ConcurrencyOption = DEFAULT_CONCURRENCY,
     poll_seconds: PollSecondsOption = DEFAULT_POLL_SECONDS,
-    pool_size: PoolSizeOption = 0,
+    pool_size: PoolSizeOption = None,
+    pool_idle_seconds: PoolIdleOption = None,
 ) -> None:
     """Serve the HTTP API and advance due sessions until SIGTERM (which drains)."""
     grants: list[Grant] | None = None
@@ -81,12 +84,13 @@ def serve(
     if agents is not None and not agents.is_dir():
         fail(f"--agents: {agents} is not a directory")
     with open_store(store, "the server (it advances sessions beside other processes)") as held:
-        anyio.run(_run, held, host, port, agents, grants, concurrency, poll_seconds, pool_size)
+        anyio.run(_run, held, host, port, agents, grants, concurrency, poll_seconds, pool_size,
+                  pool_idle_seconds)  # fmt: skip
 
 
 async def _run(store: DurableStore, host: str, port: int, agents: Path | None,
                grants: list[Grant] | None, concurrency: int, poll_s: float,
-               pool_size: int) -> None:  # fmt: skip
+               pool_size: int | None, pool_idle_s: float | None) -> None:  # fmt: skip
     # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
     app = create_app(store, agents, grants, docker_check=check_engine if pool_size else None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
@@ -115,7 +119,8 @@ async def _run(store: DurableStore, host: str, port: int, agents: Path | None,
         group.start_soon(on_signals)
         group.start_soon(http)
         group.start_soon(keep_sweeping_claims, store)  # lapsed claims (runner.session.claims)
-        await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size)
+        await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size,
+                               pool_idle_s=pool_idle_s)  # fmt: skip
         # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
         # it part way would end the lifespan with a traceback.
         server.should_exit = True

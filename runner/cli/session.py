@@ -22,6 +22,7 @@ from runner.cli.common import (
     AgentFileOption,
     AttachOption,
     JsonOption,
+    PoolSizeOption,
     ResumeOption,
     SessionId,
     StoreOption,
@@ -36,6 +37,7 @@ from runner.cli.common import (
     read_attached,
     read_prompt,
     run_async,
+    run_pooled,
     stored_agent,
     user_errors,
 )
@@ -72,6 +74,7 @@ def start(
     step: Annotated[bool, typer.Option("--step", help="also run the first step")] = False,
     agent_file: AgentFileOption = None,
     store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Start a session and print `session-id: ID` (with --step, also run its first step)."""
@@ -85,7 +88,7 @@ def start(
             if not as_json:
                 typer.echo(f"session-id: {session.id}")
             stepper = stored_agent(opened, session.id)
-            print_report(run_async(stepper.step, session.id), as_json)
+            print_report(run_pooled(stepper, pool_size, lambda a: a.step(session.id)), as_json)
             return
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: typer.echo(f"session-id: {session.id}"))  # fmt: skip
@@ -93,12 +96,15 @@ def start(
 
 @session_app.command("step")
 def step(
-    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+    session_id: SessionId,
+    store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Run one scheduling step."""
     with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id)
-        print_report(run_async(agent.step, session_id), as_json)
+        print_report(run_pooled(agent, pool_size, lambda a: a.step(session_id)), as_json)
 
 
 @session_app.command("resume")
@@ -119,6 +125,7 @@ def resume(
         bool, typer.Option("--retry", help="run a failed session again (a fresh budget)")
     ] = False,
     store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Step until the final answer or the next wait (continues a frozen session; with
@@ -128,10 +135,10 @@ def resume(
         agent = stored_agent(opened, session_id, chosen, migrate=migrate,
                              allow_agent_change=allow_agent_change)  # fmt: skip
 
-        async def go() -> StepReport:
-            return await agent.resume(session_id, unquarantine=unquarantine, retry=retry)
+        async def go(pooled: DurableAgent) -> StepReport:
+            return await pooled.resume(session_id, unquarantine=unquarantine, retry=retry)
 
-        report = run_async(go)
+        report = run_pooled(agent, pool_size, go)
         print_report(report, as_json)
     if report.status == "failed":  # printed above; a script sees it in the exit code too
         fail(f"session {session_id} failed: {report.session.failure_reason}; fix the cause,"
@@ -140,14 +147,17 @@ def resume(
 
 @session_app.command("pause")
 def pause(
-    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+    session_id: SessionId,
+    store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Run one asynchronous step and persist it, like `step`; when the turn yields, print
     the continuation tokens of the calls it waits on (agents-exe's pause; `session
     freeze` is what stops a session)."""
     with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id)
-        report = run_async(agent.step, session_id)
+        report = run_pooled(agent, pool_size, lambda a: a.step(session_id))
     session = report.session
     document = {**report.to_dict(),
                 "continuation_tokens": [c.token for c in session.waiting_on()]}  # fmt: skip
@@ -216,16 +226,25 @@ def pending(
 
 @session_app.command("run-isolated")
 def run_isolated(
-    session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
+    session_id: SessionId,
+    store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Run the detached isolated calls a session waits on, and record their results."""
     with open_sessions(store) as opened:
         agent = stored_agent(opened, session_id)
-        print_report(run_async(agent.run_isolated, session_id), as_json)
+        report = run_pooled(agent, pool_size, lambda a: a.run_isolated(session_id))
+        print_report(report, as_json)
 
 
 def wake_by_token(
-    store: SessionStore, token: str, result: ToolResult, as_json: bool, resume: bool = False
+    store: SessionStore,
+    token: str,
+    result: ToolResult,
+    as_json: bool,
+    resume: bool = False,
+    pool_size: int | None = None,
 ) -> None:
     """Give the call with `token` its result; with `resume`, then continue its session
     here (agents-exe's autoResume) unless a live process holds it."""
@@ -243,7 +262,7 @@ def wake_by_token(
     continued: StepReport | None = None
     holder: str | None = None
     if resume and session.status == "running":
-        continued, holder = auto_resume(store, agent, session.id)
+        continued, holder = auto_resume(store, agent, session.id, pool_size)
     document: dict[str, Any] = report.to_dict()
     if resume:
         document["resumed"] = continued.to_dict() if continued is not None else None
@@ -271,7 +290,7 @@ def wake_by_token(
 
 
 def auto_resume(
-    store: SessionStore, agent: DurableAgent, session_id: str
+    store: SessionStore, agent: DurableAgent, session_id: str, pool_size: int | None = None
 ) -> tuple[StepReport | None, str | None]:
     """Resume the session here: (its report, None); or (None, who) when a live process
     holds its lease, which then continues it."""
@@ -280,13 +299,13 @@ def auto_resume(
         return None, holder
     quick = replace(agent, lease_wait_s=RESUME_LEASE_WAIT_S)
 
-    async def go() -> StepReport | None:
+    async def go(pooled: DurableAgent) -> StepReport | None:
         try:
-            return await quick.resume(session_id)
+            return await pooled.resume(session_id)
         except LeaseBusy:  # taken between the look and the try: the taker continues it
             return None
 
-    report = run_async(go)
+    report = run_pooled(quick, pool_size, go)
     if report is None:
         return None, live_holder(store, session_id) or "another process"
     return report, None
@@ -298,6 +317,7 @@ def complete(
     file: Annotated[Path, typer.Argument(help="the result: JSON, or text; - for stdin")],
     resume: ResumeOption = False,
     store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Give a deferred call its result (idempotent: a second result is reported, not
@@ -305,7 +325,7 @@ def complete(
     ...}), a ToolCallResult envelope, any other JSON (a JSON result), or plain text."""
     result = read_result(file)
     with open_sessions(store) as opened:
-        wake_by_token(opened, token, result, as_json, resume)
+        wake_by_token(opened, token, result, as_json, resume, pool_size)
 
 
 @session_app.command("fail")
@@ -314,6 +334,7 @@ def fail_call(
     reason: Annotated[str, typer.Option("--reason", help="what the model is told")],
     resume: ResumeOption = False,
     store: StoreOption = DEFAULT_STORE,
+    pool_size: PoolSizeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Fail a deferred call; the model sees the reason."""
@@ -321,7 +342,7 @@ def fail_call(
         fail("--reason must say why the call failed")
     failed = ToolResult.error("TOOL_FAILED", reason)
     with open_sessions(store) as opened:
-        wake_by_token(opened, token, failed, as_json, resume)
+        wake_by_token(opened, token, failed, as_json, resume, pool_size)
 
 
 @session_app.command("retry")

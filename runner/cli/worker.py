@@ -10,8 +10,10 @@ twice. Between polls it waits for the store to announce due work (PostgreSQL's
 LISTEN/NOTIFY; SQLite only sleeps) or for one of its own sessions to finish, and never
 longer than --poll-seconds: polling is the fallback. SIGTERM (or SIGINT) drains: it
 stops claiming, finishes what it holds (releasing each lease), and exits 0.
-With --pool-size N, Docker-isolated calls start from warm containers (the warm pool:
-started ahead, one call each), all removed once the drain is done.
+With --pool-size N (or AGENTS_RUNNER_POOL_SIZE, or a docker spec's `pool` setting: see
+runner/cli/pooling.py), Docker-isolated calls start from warm containers (the warm pool:
+started ahead, one call each); a shelf unused for --pool-idle-seconds gives its idle
+containers back; all are removed once the drain is done.
 
 A failing model call never keeps a worker busy: the engine stores its budget and next
 attempt time in the session, the worker lets go of it while it backs off, and a session
@@ -25,8 +27,6 @@ import json
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Annotated
 
@@ -41,20 +41,19 @@ from runner.cli.common import (
     DEFAULT_STORE,
     ConcurrencyOption,
     PollSecondsOption,
+    PoolIdleOption,
     PoolSizeOption,
     StoreOption,
     open_store,
 )
-from runner.isolation import DockerRunner, PoolSettings, Runner, WarmPool, sweep_orphans
+from runner.cli.pooling import PooledRunners, runner_factory
+from runner.isolation import sweep_orphans
 from runner.session import (
-    DockerSpec,
     DurableAgent,
     LeaseBusy,
-    LocalProcessSpec,
     default_lease_seconds,
     default_owner,
     parse_agent,
-    runner_for_spec,
 )
 from runner.state import Session
 from runner.stores import DurableStore
@@ -72,19 +71,20 @@ def worker(
     store: StoreOption = DEFAULT_STORE,
     concurrency: ConcurrencyOption = DEFAULT_CONCURRENCY,
     poll_seconds: PollSecondsOption = DEFAULT_POLL_SECONDS,
-    pool_size: PoolSizeOption = 0,
+    pool_size: PoolSizeOption = None,
+    pool_idle_seconds: PoolIdleOption = None,
     exit_when_idle: Annotated[
         bool, typer.Option("--exit-when-idle", help="exit once no session is due or running")
     ] = False,
 ) -> None:
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
     with open_store(store, "the worker (it shares sessions with other processes)") as durable:
-        anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle, pool_size)
+        anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle, pool_size,
+                  pool_idle_seconds)  # fmt: skip
 
 
-async def _serve(
-    store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool, pool_size: int
-) -> None:
+async def _serve(store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool,
+                 pool_size: int | None, pool_idle_s: float | None) -> None:  # fmt: skip
     stopping = anyio.Event()
 
     async def on_signals() -> None:
@@ -97,40 +97,8 @@ async def _serve(
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
         await advance_sessions(store, concurrency, poll_s, stopping, exit_when_idle,
-                               pool_size=pool_size)  # fmt: skip
+                               pool_size=pool_size, pool_idle_s=pool_idle_s)  # fmt: skip
         group.cancel_scope.cancel()
-
-
-class PooledRunners:
-    """A RunnerFactory serving Docker specs from a warm pool: one DockerRunner per image,
-    limits and envelope (the pool owns it and closes it), a fresh handle per call; a
-    local-process spec gets its own runner, as without a pool."""
-
-    def __init__(self, pool: WarmPool) -> None:
-        self.pool = pool
-        self._docker: dict[str, DockerRunner] = {}
-
-    def __call__(self, spec: DockerSpec | LocalProcessSpec) -> Runner:
-        runner = runner_for_spec(spec)
-        if not isinstance(runner, DockerRunner):
-            return runner
-        key = repr((runner.image, runner.command, runner.limits, runner.envelope))
-        return self.pool.pooled(self._docker.setdefault(key, runner))
-
-
-@asynccontextmanager
-async def runner_factory(pool_size: int) -> AsyncIterator[PooledRunners | None]:
-    """A warm pool of `pool_size` containers per shelf for the block (None for 0: each
-    call makes its own runner); leaving the block removes every pooled container."""
-    if pool_size == 0:
-        yield None
-        return
-    async with WarmPool(PoolSettings(size=pool_size)) as pool:
-        log(f"warm pool of {pool_size} container(s) per image: open")
-        try:
-            yield PooledRunners(pool)
-        finally:
-            log(f"warm pool: closing ({pool.idle()} idle, {pool.starting()} starting)")
 
 
 async def advance_sessions(
@@ -140,16 +108,27 @@ async def advance_sessions(
     stopping: anyio.Event,
     exit_when_idle: bool = False,
     *,
-    pool_size: int = 0,
+    pool_size: int | None = 0,
+    pool_idle_s: float | None = None,
 ) -> None:
     """Advance due sessions until `stopping` is set (then drain: what is in flight
     finishes and its leases are released) or, with `exit_when_idle`, nothing is due.
-    `worker` and `serve` both run this loop; each decides what sets `stopping`. With
-    `pool_size`, Docker-isolated calls come from a warm pool, closed after the drain."""
+    `worker` and `serve` both run this loop; each decides what sets `stopping`.
+    Docker-isolated calls come from a warm pool (`pool_size`; None: each docker spec's
+    `pool`; 0: none; see runner/cli/pooling.py), closed after the drain."""
     # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
     await anyio.to_thread.run_sync(sweep_orphans)
-    async with runner_factory(pool_size) as pooled:
-        await _advance(store, concurrency, poll_s, stopping, exit_when_idle, pooled)
+    async with runner_factory(pool_size, pool_idle_s) as pooled:
+        if pooled is not None:
+            sizes = ("as many as each docker spec's `pool` asks" if pool_size is None
+                     else f"{pool_size} container(s) per image")  # fmt: skip
+            log(f"warm pool open: {sizes}")
+        try:
+            await _advance(store, concurrency, poll_s, stopping, exit_when_idle, pooled)
+        finally:
+            if pooled is not None:
+                log(f"warm pool: closing ({pooled.pool.idle()} idle,"
+                    f" {pooled.pool.starting()} starting)")  # fmt: skip
 
 
 async def _advance(store: DurableStore, concurrency: int, poll_s: float, stopping: anyio.Event,

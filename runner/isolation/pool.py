@@ -17,10 +17,13 @@ container is removed, the runners given to `pooled` are closed) -> CLOSED. A poo
 opened once; `pooled` and calls through a pooled runner outside OPEN raise
 PoolStateError, which names the state.
 
-Shelves are keyed by image, command and limits. A call that finds its shelf empty waits
-for a container already being started that no other call claimed, else starts cold: an
-empty pool is never a failure. Idle containers older than `max_idle_s`, or whose worker
-has died, are replaced. A pool left by a crashed process is removed by the sweeper
+Shelves are keyed by image, command and limits, each with its own size (`pooled(runner,
+size=N)`; `settings.size` by default). A call that finds its shelf empty waits for a
+container already being started that no other call claimed, else starts cold: an empty
+pool is never a failure. Idle containers older than `max_idle_s`, or whose worker has
+died, are replaced. A shelf no call has taken from for `idle_timeout_s` shrinks to
+`min_idle` containers (an idle process holds next to nothing) and grows back to its size
+at its next call. A pool left by a crashed process is removed by the sweeper
 (containers.py), which also runs before the first container of a process starts: pooled
 containers carry the owner token and the role `pool`. One pool serves one event loop.
 """
@@ -86,6 +89,11 @@ class PoolSettings:
     refill_concurrency: int = 2
     #: An idle container older than this is replaced by a fresh one.
     max_idle_s: float = 300.0
+    #: A shelf no call has used for this long keeps only `min_idle` containers (the
+    #: others are removed) until its next call, which refills it to its size.
+    idle_timeout_s: float = 180.0
+    #: Idle containers a shelf keeps however long it goes unused.
+    min_idle: int = 0
     #: After a failed start (a missing image, say), refilling that shelf pauses this long.
     retry_after_s: float = 5.0
 
@@ -96,6 +104,12 @@ class PoolSettings:
             raise ValueError("PoolSettings.refill_concurrency must be at least 1")
         if self.max_idle_s <= 0 or self.retry_after_s < 0:
             raise ValueError("PoolSettings.max_idle_s must be positive, retry_after_s >= 0")
+        if self.idle_timeout_s <= 0:
+            raise ValueError(
+                f"PoolSettings.idle_timeout_s must be positive, got {self.idle_timeout_s}"
+            )
+        if self.min_idle < 0:
+            raise ValueError(f"PoolSettings.min_idle must be 0 or more, got {self.min_idle}")
 
 
 @dataclass
@@ -111,10 +125,14 @@ class _Shelf:
     """The idle containers of one image + command + limits."""
 
     runner: DockerRunner
+    #: Idle containers kept while the shelf is in use.
+    size: int
     idle: deque[Started] = field(default_factory=deque)
     starting: int = 0
     waiters: deque[_Waiter] = field(default_factory=deque)
     paused_until: float = 0.0
+    #: When a call last took from the shelf (monotonic); its creation counts as a use.
+    last_used: float = field(default_factory=time.monotonic)
 
     def unclaimed_starts(self) -> int:
         return self.starting - len(self.waiters)
@@ -138,21 +156,28 @@ class WarmPool:
     def state(self) -> PoolState:
         return self._state
 
-    def pooled(self, runner: Runner) -> Runner:
+    def pooled(self, runner: Runner, size: int | None = None) -> Runner:
         """`runner` served from this pool, which now owns it (and closes it on exit): a
-        DockerRunner gets warm containers; any other runner (a local process has nothing
-        to warm) is returned as it is. The pool must be open."""
+        DockerRunner gets warm containers, `size` of them kept idle (`settings.size` by
+        default; a shelf asked for several sizes keeps the largest); any other runner (a
+        local process has nothing to warm) is returned as it is. The pool must be open."""
         self._require_open("serve a runner from it")
         if not isinstance(runner, DockerRunner):
             return runner
+        size = self.settings.size if size is None else size
+        if size < 0:
+            raise ValueError(f"a shelf's size must be 0 or more, got {size}")
         if all(owned is not runner for owned in self._owned):
             self._owned.append(runner)
         key = (runner.image, repr(runner.command), repr(runner.limits))
         shelf = self._shelves.get(key)
         if shelf is None:
-            shelf = self._shelves[key] = _Shelf(runner)
-            logger.info("warm pool: new shelf for %s (size %d)", runner.image, self.settings.size)
-            self._refill(shelf)
+            shelf = self._shelves[key] = _Shelf(runner, size)
+            logger.info("warm pool: new shelf for %s (size %d)", runner.image, size)
+        elif size > shelf.size:
+            logger.info("warm pool: shelf for %s grows to %d", runner.image, size)
+            shelf.size = size
+        self._refill(shelf)
         return PooledRunner(self, shelf, runner.dialect)
 
     def idle(self) -> int:
@@ -169,15 +194,23 @@ class WarmPool:
         return self._calls_under_way
 
     async def filled(self, timeout_s: float = 60.0) -> bool:
-        """Wait until every shelf holds `size` idle containers (False on timeout, or when
-        the pool is not open)."""
+        """Wait until every shelf holds as many idle containers as it keeps now (its size;
+        `min_idle` once unused for `idle_timeout_s`). False on timeout, or when the pool is
+        not open."""
         with anyio.move_on_after(timeout_s):
             while self._state is PoolState.OPEN:
                 change = self._change
-                if all(len(s.idle) >= self.settings.size for s in self._shelves.values()):
+                if all(len(s.idle) >= self._target(s) for s in self._shelves.values()):
                     return True
                 await change.wait()
         return False
+
+    def _target(self, shelf: _Shelf) -> int:
+        """How many idle containers the shelf keeps now: its size while in use, at most
+        `min_idle` once no call has taken from it for `idle_timeout_s`."""
+        if time.monotonic() - shelf.last_used < self.settings.idle_timeout_s:
+            return shelf.size
+        return min(shelf.size, self.settings.min_idle)
 
     def _changed(self) -> None:
         self._change.set()
@@ -298,7 +331,8 @@ class WarmPool:
         """A live idle container for one call, or None."""
         if not self._open():
             return None
-        oldest_allowed = time.monotonic() - self.settings.max_idle_s
+        shelf.last_used = time.monotonic()  # in use again: refilled to its full size
+        oldest_allowed = shelf.last_used - self.settings.max_idle_s
         taken = None
         while shelf.idle and taken is None:
             candidate = shelf.idle.popleft()
@@ -315,7 +349,7 @@ class WarmPool:
     def _refill(self, shelf: _Shelf) -> None:
         if self._tasks is None or not self._open() or time.monotonic() < shelf.paused_until:
             return
-        for _ in range(self.settings.size - len(shelf.idle) - max(0, shelf.unclaimed_starts())):
+        for _ in range(self._target(shelf) - len(shelf.idle) - max(0, shelf.unclaimed_starts())):
             shelf.starting += 1
             self._tasks.start_soon(self._start_one, shelf)
 
@@ -374,8 +408,10 @@ class WarmPool:
             self._changed()
 
     async def _recycle_forever(self) -> None:
-        """Replace idle containers past their age (and dead ones) as they expire."""
-        period = min(max(self.settings.max_idle_s / 4, 0.05), 30.0)
+        """Replace idle containers past their age (and dead ones) as they expire, and
+        shrink the shelves no call has used for `idle_timeout_s`."""
+        shortest = min(self.settings.max_idle_s, self.settings.idle_timeout_s)
+        period = min(max(shortest / 4, 0.05), 30.0)
         while True:
             await anyio.sleep(period)
             oldest_allowed = time.monotonic() - self.settings.max_idle_s
@@ -386,6 +422,13 @@ class WarmPool:
                         logger.debug("warm pool: container %s idled past %gs; replacing it",
                                      container.id[:12], self.settings.max_idle_s)  # fmt: skip
                         self.remove_soon(shelf, container)
+                extra = len(keep) - self._target(shelf)
+                if extra > 0:  # unused for idle_timeout_s: the oldest go first
+                    logger.info("warm pool: shelf for %s unused for %gs; removing %d idle"
+                                " container(s)", shelf.runner.image,
+                                self.settings.idle_timeout_s, extra)  # fmt: skip
+                    for _ in range(extra):
+                        self.remove_soon(shelf, keep.popleft())
                 if len(keep) != len(shelf.idle):
                     shelf.idle = keep
                     self._changed()

@@ -88,6 +88,9 @@ class DockerSpec(_Spec):
     network: Annotated[str | None, Field(min_length=1)] = None
     timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
     max_result_bytes: Annotated[int, Field(alias="maxResultBytes", ge=1)] = 1024 * 1024
+    #: Warm containers a process keeps ready for this spec (unset or 0: none), unless
+    #: `--pool-size` or AGENTS_RUNNER_POOL_SIZE says otherwise (runner/cli/pooling.py).
+    pool: Annotated[int | None, Field(ge=0, le=64)] = None
 
 
 class LocalProcessSpec(_Spec):

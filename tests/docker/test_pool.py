@@ -9,12 +9,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 
 import anyio
 import docker
 import pytest
 
 from runner.isolation import (
+    ContainerLimits,
     DockerRunner,
     PoolSettings,
     PoolState,
@@ -23,7 +25,13 @@ from runner.isolation import (
     WarmPool,
     sweep,
 )
-from runner.isolation.containers import LABEL_MANAGED, LABEL_OWNER, LABEL_ROLE, owner_token
+from runner.isolation.containers import (
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_ROLE,
+    my_owner_token,
+    owner_token,
+)
 from tests.conftest import REPO, make_request
 from tests.docker.conftest import BASH_IMAGE, labelled_containers, wait_until
 
@@ -133,6 +141,67 @@ async def test_idle_containers_past_their_age_are_replaced(api):
         first = ids(api, role="pool")
         await wait_until(lambda: not ids(api, role="pool") & first and pool.idle() == 1)
     assert labelled_containers(api) == []
+
+
+def pool_starts(api: docker.APIClient, since: float) -> set[str]:
+    """The pool containers this process had the engine create since `since` (its events:
+    a container made and removed between two looks is counted too)."""
+    labels = [f"{LABEL_OWNER}={my_owner_token()}", f"{LABEL_ROLE}=pool"]
+    found = {"type": "container", "event": "create", "label": labels}
+    events = api.events(since=since, until=time.time(), decode=True, filters=found)
+    return {e["id"][:12] for e in events}
+
+
+async def test_an_unused_shelf_shrinks_to_its_minimum_and_grows_back_at_its_next_call(api):
+    settings = PoolSettings(size=3, idle_timeout_s=1.0, min_idle=1)
+    since = time.time()
+    async with WarmPool(settings) as pool:
+        runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        await wait_until(lambda: len(pool_starts(api, since)) == 3, 60)
+        # Unused for idle_timeout_s: the shelf gives back all but min_idle, in the engine.
+        await wait_until(lambda: len(ids(api, role="pool")) == 1 and pool.idle() == 1, 60)
+        kept = ids(api, role="pool")
+        since = time.time()
+        outcome = await runner.call(bash("echo warm"))
+        assert outcome.ok and outcome.runner_info["pooled"] is True
+        assert outcome.runner_info["container"][:12] in kept, "the kept container served it"
+        # In use again: refilled to its size (3 new containers, not min_idle's 1), which
+        # it may give back again once unused for a second.
+        await wait_until(lambda: len(pool_starts(api, since)) >= 3, 60)
+    assert labelled_containers(api) == []
+
+
+async def test_an_unused_shelf_with_no_minimum_empties_and_its_next_call_waits_warm(api):
+    async with WarmPool(PoolSettings(size=2, idle_timeout_s=0.5)) as pool:
+        runner = pool.pooled(DockerRunner(BASH_IMAGE, api=api))
+        assert await pool.filled(60)
+        await wait_until(lambda: not ids(api, role="pool") and pool.idle() == 0, 60)
+        # The next call refills the shelf and takes the first container it starts.
+        outcome = await runner.call(bash("echo back"))
+        assert outcome.ok and outcome.runner_info["pooled"] is True
+    assert labelled_containers(api) == []
+
+
+async def test_each_shelf_keeps_its_own_size_and_a_larger_request_grows_it(api):
+    async with WarmPool(PoolSettings(size=1)) as pool:
+        pool.pooled(DockerRunner(BASH_IMAGE, api=api), size=2)
+        assert await pool.filled(60) and pool.idle() == 2
+        cold = pool.pooled(DockerRunner(BASH_IMAGE, ContainerLimits(pids=32), api=api), size=0)
+        outcome = await cold.call(bash("echo cold"))
+        assert outcome.ok and outcome.runner_info["pooled"] is False, "size 0 starts cold"
+        pool.pooled(DockerRunner(BASH_IMAGE, api=api), size=1)  # smaller: the shelf keeps 2
+        pool.pooled(DockerRunner(BASH_IMAGE, api=api), size=3)
+        assert await pool.filled(60) and pool.idle() == 3
+        with pytest.raises(ValueError, match="0 or more"):
+            pool.pooled(DockerRunner(BASH_IMAGE, api=api), size=-1)
+    assert labelled_containers(api) == []
+
+
+def test_pool_settings_refuse_a_timeout_or_minimum_out_of_range():
+    with pytest.raises(ValueError, match="idle_timeout_s must be positive"):
+        PoolSettings(idle_timeout_s=0)
+    with pytest.raises(ValueError, match="min_idle must be 0 or more"):
+        PoolSettings(min_idle=-1)
 
 
 async def test_a_missing_image_is_a_start_failure_not_a_crash(api):
