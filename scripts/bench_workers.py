@@ -52,7 +52,7 @@ def request(tool: str, arguments: dict[str, Any], n: int = 0) -> ToolCallRequest
 
 def base_image(api: docker.APIClient) -> str:
     chosen = os.environ.get("AGENTS_RUNNER_BASE")
-    for image in ((chosen,) if chosen else BASE_CANDIDATES):
+    for image in (chosen,) if chosen else BASE_CANDIDATES:
         try:
             api.inspect_image(image)
             return image
@@ -94,8 +94,10 @@ async def _cold_against_plain_docker_run(
     await cold.aclose()
     row = compared("Docker runner, cold, per call (bash-runner)", ours,
                    f"docker run --rm -i hardened, {base}, bash -c", theirs, 0.80)  # fmt: skip
-    row.note = ("both pay create, start, attach and remove through the engine; ours also"
-                " starts the Python worker and checks the envelope both ways")
+    row.note = (
+        "both pay create, start, attach and remove through the engine; ours also"
+        " starts the Python worker and checks the envelope both ways"
+    )
     report.rows.append(row)
 
 

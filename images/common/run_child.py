@@ -331,7 +331,7 @@ def _has_exited(pid: int) -> bool:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    try:  # noqa: SIM105  (contextlib is an import the worker's start does not pay for)
         os.killpg(pid, SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
