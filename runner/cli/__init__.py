@@ -8,6 +8,7 @@ from runner.cli import (
     run,  # noqa: F401  (run, and the global --agent-file)
     serve,  # noqa: F401  (serve)
     session,  # noqa: F401  (session ...)
+    tui,  # noqa: F401  (tui)
     worker,  # noqa: F401  (worker)
 )
 from runner.cli.app import app

@@ -1,0 +1,59 @@
+"""`agents-runner tui [--agent-file A] [--store LOC | --server URL --token T]`: the
+terminal console (runner/tui). On a store, the engine runs in this process (as the
+session commands do: a store without leases is driven single-process); on a server, every
+action is an HTTP request and the screens follow its event stream. With --agent-file, a
+prompt sent from the editor starts a new session of that agent and runs it live."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+from textual.logging import TextualHandler
+
+from runner.cli.app import app, fail
+from runner.cli.common import DEFAULT_STORE, AgentFileOption, StoreOption, open_sessions
+from runner.tui import ConsoleApp, ServerSource, Source, StoreSource
+
+
+@app.command("tui")
+def tui(
+    ctx: typer.Context,
+    agent_file: AgentFileOption = None,
+    store: StoreOption = DEFAULT_STORE,
+    server: Annotated[
+        str | None, typer.Option("--server", help="an `agents-runner serve` URL (not --store)")
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="AGENTS_RUNNER_TOKEN",
+            help="the server's bearer token (an operator's to act, a viewer's to look)",
+        ),
+    ] = None,
+) -> None:
+    """The terminal console: every session, its conversation, and the Pending panel to
+    answer (Ctrl+Y) or fail (Ctrl+W) the calls it waits on."""
+    chosen = agent_file or (ctx.obj or {}).get("agent_file")
+    if chosen is not None and not chosen.is_file():
+        fail(f"--agent-file: {chosen} is not a file")
+    # Log lines go to Textual's log, not over the screen.
+    logging.getLogger().handlers[:] = [TextualHandler()]
+    if server is not None:
+        if not server.startswith(("http://", "https://")):
+            fail(f"--server: expected an http:// or https:// URL, got {server!r}")
+        _run(ServerSource(server, token, chosen))
+        return
+    if token is not None:
+        fail("--token goes with --server")
+    with open_sessions(store) as opened:
+        _run(StoreSource(opened, chosen))
+
+
+def _run(source: Source) -> None:
+    ConsoleApp(source).run()
+
+
+__all__ = ["tui"]
