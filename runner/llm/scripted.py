@@ -12,40 +12,69 @@ from __future__ import annotations
 
 import base64
 import re
+from collections import OrderedDict
 from typing import Any
 
 from runner.lifecycle import AsyncClosing
-from runner.llm.base import ImagePart, LLMError, LLMRequest, LLMResponse, RequestedCall
+from runner.llm.base import ImagePart, LLMError, LLMRequest, LLMResponse, Message, RequestedCall
 
 _PLACEHOLDER = re.compile(r"\{\{result:([A-Za-z0-9_.:-]+)\}\}")
 
 
+#: Conversations whose assistant turns a ScriptedLLM remembers having counted.
+COUNTED_CONVERSATIONS = 256
+
+
 class ScriptedLLM(AsyncClosing):
-    """Replays `responses`; raises ValueError at construction for a malformed script."""
+    """Replays `responses`; raises ValueError at construction for a malformed script.
+
+    Which turn a request is needs its assistant messages counted; a request that extends
+    an earlier one (as the engine builds them: the same messages, then new ones) counts
+    only the new ones, so a turn costs the same at any length of the conversation."""
 
     def __init__(self, responses: list[dict[str, Any]]) -> None:
         self.responses = [_check(i, r) for i, r in enumerate(responses)]
+        #: By the id of a conversation's first message: its messages as last counted
+        #: (the tuple keeps them alive, so the id stays theirs) and how many were assistant's.
+        self._counted: OrderedDict[int, tuple[tuple[Message, ...], int]] = OrderedDict()
 
     async def aclose(self) -> None:
         """Nothing to release: a script holds no connection."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        turn = sum(1 for m in request.messages if m.role == "assistant")
+        turn = self._assistant_turns(request.messages)
         if turn >= len(self.responses):
             raise LLMError(
                 f"the script has {len(self.responses)} response(s) and turn {turn + 1} was asked"
             )
         response = self.responses[turn]
-        results = {m.tool_call_id: m.content or "" for m in request.messages if m.role == "tool"}
         text = response.get("text")
-        if text is not None:
+        if text is not None and "{{result:" in text:
+            results = {m.tool_call_id: m.content or "" for m in request.messages
+                       if m.role == "tool"}  # fmt: skip
             text = _PLACEHOLDER.sub(lambda m: results.get(m.group(1), m.group(0)), text)
+        if text is not None and "{{attachments}}" in text:
             text = text.replace("{{attachments}}", _attachments(request))
         calls = tuple(
             RequestedCall(c.get("id") or f"call_{turn}_{i}", c["name"], c.get("arguments", {}))
             for i, c in enumerate(response.get("tool_calls", []))
         )
         return LLMResponse(text=text, tool_calls=calls)
+
+    def _assistant_turns(self, messages: tuple[Message, ...]) -> int:
+        if not messages:
+            return 0
+        key = id(messages[0])
+        seen, count = self._counted.get(key, ((), 0))
+        # Tuple equality compares element identity first: a shared prefix is cheap.
+        if not seen or len(seen) > len(messages) or messages[: len(seen)] != seen:
+            seen, count = (), 0
+        count += sum(1 for m in messages[len(seen) :] if m.role == "assistant")
+        self._counted[key] = (messages, count)
+        self._counted.move_to_end(key)
+        while len(self._counted) > COUNTED_CONVERSATIONS:
+            self._counted.popitem(last=False)
+        return count
 
 
 def _attachments(request: LLMRequest) -> str:

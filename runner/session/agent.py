@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from runner.llm import API_KEY_VARIABLE, ProviderConfig, ScriptedLLM
 from runner.llm import EnvironmentProvider as EnvironmentProvider  # re-exported
@@ -101,6 +102,7 @@ class Agent(_Spec):
         default=None, gt=0, alias="asyncCallTimeoutSeconds"
     )
     llm_retries: LlmRetries = Field(default_factory=LlmRetries, alias="llmRetries")
+    _hash: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _tool_names_unique(self) -> Agent:
@@ -118,8 +120,18 @@ class Agent(_Spec):
 
     @property
     def hash(self) -> str:
-        canonical = json.dumps(self.to_document(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        """SHA-256 of the canonical document, computed once: an agent is frozen, and a
+        copy with changes (`model_copy(update=...)`) computes its own."""
+        if self._hash is None:
+            canonical = json.dumps(self.to_document(), sort_keys=True, separators=(",", ":"))
+            self._hash = hashlib.sha256(canonical.encode()).hexdigest()
+        return self._hash
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied._hash = None
+        return copied
 
     def with_mode(self, mode: Literal["synchronous", "asynchronous"]) -> Agent:
         return self.model_copy(update={"execution_mode": mode})

@@ -5,9 +5,10 @@ Decorators wrap the call from the outside in (the first listed is the outermost)
 exponential backoff, `cache` answers from the tool cache (and stores ok results),
 `truncate` cuts an ok result to `maxBytes`, `label` only names the call.
 
-Durability: every attempt is counted in the store (`checkpoint`) before it starts, and a
-retry's budget and next attempt time are stored before the backoff, so a restart neither
-resets the count nor shortens the wait. RunIsolated calls become a v1 ToolCallRequest for
+Durability: an isolated attempt is counted in the store (`checkpoint`) before it starts
+(an in-process one is stored with its result, in the step's commit), and a retry's
+budget and next attempt time are stored before the backoff, so a restart neither resets
+the count nor shortens the wait. RunIsolated calls become a v1 ToolCallRequest for
 the runner their spec names, with an effect-ledger row written before the worker starts
 and completed with its result envelope; an interrupted attempt is then settled by the
 ledger (see `_recorded`), never by asking the model.
@@ -24,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
-import jsonschema
 from pydantic import ValidationError
 
 from envelopes.agents_exe import (
@@ -51,6 +51,7 @@ from runner.isolation import (
     Runner,
     owner_environment,
 )
+from runner.session.agent import Agent
 from runner.session.leases import Holder
 from runner.session.policy import (
     AnyDecorator,
@@ -67,6 +68,7 @@ from runner.session.policy import (
     unwrap,
 )
 from runner.session.runtime import Runtime
+from runner.session.schemas import InvalidSchema, argument_error
 from runner.state import UNKNOWN_OUTCOME, Session, ToolResult, TrackedCall
 from runner.stores import Effect
 from runner.stores.base import EffectState
@@ -103,6 +105,17 @@ def container_limits(spec: DockerSpec) -> ContainerLimits:
         tmpfs_bytes=d.tmpfs_bytes if spec.tmpfs_bytes is None else spec.tmpfs_bytes,
         network=d.network if spec.network is None else spec.network,
     )
+
+
+def stored_before_start(agent: Agent, call: TrackedCall, disposition: AnyDisposition) -> bool:
+    """Whether the call is stored as running, and each attempt counted, before it starts:
+    an isolated one (a worker gets it), or one whose effects may reach outside (declared
+    `external`, or an undeclared tool). A contained in-process call is not worth commits
+    of its own: if this process dies it runs again, from ready, as the same attempt, and
+    its attempt and result are stored with the step's commit."""
+    spec = agent.tool(call.tool)
+    external = spec is None or spec.effects == "external"
+    return external or isinstance(unwrap(disposition)[1], RunIsolated)
 
 
 @dataclass
@@ -196,16 +209,19 @@ class CallExecutor:
                     "RETRIES_EXHAUSTED", f"all {call.max_attempts} attempts were used"
                 )
             call.attempts += 1
-            await self.checkpoint()  # counted before it starts: a restart never resets it
+            if stored_before_start(self.rt.agent, call, base):
+                await self.checkpoint()  # counted before it starts: a restart never resets it
             # An undeclared tool has no schema to check: a worker or a built-in of that
             # name gets its arguments as they are (and _builtin answers UNKNOWN_TOOL).
             spec = self.rt.agent.tool(call.tool)
             if spec is not None:
                 try:
-                    jsonschema.validate(call.arguments, spec.parameters)
-                except jsonschema.ValidationError as exc:
-                    where = "/".join(str(p) for p in exc.absolute_path) or "(arguments)"
-                    return ToolResult.error("INVALID_ARGUMENTS", f"{where}: {exc.message}")
+                    wrong = argument_error(spec.parameters, call.arguments)
+                except InvalidSchema as exc:
+                    why = f"the parameters schema of {call.tool!r} is not valid: {exc}"
+                    return ToolResult.error("INVALID_REQUEST", why)
+                if wrong is not None:
+                    return ToolResult.error("INVALID_ARGUMENTS", wrong)
             if isinstance(base, RunIsolated):
                 return await self._isolated(call, base)
             if spec is not None and spec.kind != "builtin":

@@ -16,6 +16,7 @@ from runner.llm import LLM
 from runner.session.agent import Agent
 from runner.session.leases import Holder
 from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
+from runner.session.prompt import Conversations
 from runner.session.storage import Storage
 from runner.state import Clock, Session
 from runner.state.transitions import settle
@@ -34,6 +35,8 @@ class Runtime:
     tools: ToolRegistry
     clock: Clock
     runner_factory: RunnerFactory
+    #: The messages already sent, per session (kept by the DurableAgent across operations).
+    conversations: Conversations
     deployment_runner: Runner | None = None
     cache: ToolCache | None = None
 

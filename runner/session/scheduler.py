@@ -35,7 +35,7 @@ from runner.session.execute import runner_for_spec
 from runner.session.gate import GateSettings, SessionError, open_session
 from runner.session.leases import Holder
 from runner.session.policy import Policy
-from runner.session.prompt import llm_request
+from runner.session.prompt import Conversations, llm_request
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runtime import RunnerFactory, Runtime
 from runner.session.storage import Storage, require_durable
@@ -89,8 +89,12 @@ class DurableAgent:
     allow_agent_change: bool = False
     #: Accept a store that cannot fence: only this process advances its sessions.
     single_process: bool = False
+    #: The messages sent to the model so far, per session: each request adds only the
+    #: turns since the last one (runner.session.prompt).
+    conversations: Conversations = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "conversations", Conversations(self.agent))
         if not isinstance(self.store, SessionStore):
             raise TypeError(f"store: expected a SessionStore, got {type(self.store).__name__}")
         if not self.single_process:
@@ -207,8 +211,8 @@ class DurableAgent:
             yield Runtime(
                 agent=self.agent, storage=Storage(self.store), llm=llm,
                 policy=self.policy or self.agent.policy, tools=self.tools, clock=self.clock,
-                runner_factory=self.runner_factory, deployment_runner=self.deployment_runner,
-                cache=self.cache,
+                runner_factory=self.runner_factory, conversations=self.conversations,
+                deployment_runner=self.deployment_runner, cache=self.cache,
             )  # fmt: skip
         finally:
             if self.llm is None:

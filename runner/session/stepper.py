@@ -1,15 +1,19 @@
 """Stepping a session held under its lease: one step, a resume, the detached calls.
 
 A step does one thing and commits it with compare-and-set:
-- after a user turn, it asks the LLM for the next turn (reading the whole history, the
-  only step that needs it); tool calls are classified by the policy into tracked calls
-  (ready, or deferred) under a partial user turn;
+- after a user turn, it asks the LLM for the next turn (the request adds the turns since
+  the last one to the messages kept for the session, see prompt.Conversations; the whole
+  history is read only when they are not kept); tool calls are classified by the policy
+  into tracked calls (ready, or deferred) under a partial user turn;
 - under a partial user turn, it runs the ready calls (at most `maxConcurrency` at once),
-  marked `running` in the store first;
+  marked `running` in the store first when a worker gets them or their effects reach
+  outside (execute.stored_before_start; a contained in-process call is not);
 - once every call of the turn has ended, the partial turn becomes a user turn of results
   and the next step asks the LLM again.
 `resume` steps until the final answer or until the turn waits on calls only something
-outside can finish (deferred ones, detached isolated ones).
+outside can finish (deferred ones, detached isolated ones). In a resume, an agent
+iteration (a model turn asking for in-process calls, their results) is two commits: the
+model's answer, then the results with the next request's attempt counted.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import anyio
 from runner.faults import crash_point
 from runner.llm import LLMClosedError, LLMError, RequestedCall
 from runner.session.agent import YieldOnTimeout
-from runner.session.execute import CallExecutor
+from runner.session.execute import CallExecutor, stored_before_start
 from runner.session.gate import SessionError
 from runner.session.leases import Holder
 from runner.session.policy import (
@@ -41,7 +45,6 @@ from runner.session.policy import (
     to_json,
     unwrap,
 )
-from runner.session.prompt import llm_request
 from runner.session.reports import StepReport
 from runner.session.runtime import Runtime
 from runner.state import (
@@ -54,7 +57,7 @@ from runner.state import (
     UserTurn,
     new_token,
 )
-from runner.state.transitions import finish, move_call, runnable, set_status
+from runner.state.transitions import finish, move_call, runnable, set_status, settle
 
 logger = logging.getLogger(__name__)
 
@@ -70,18 +73,21 @@ async def resume(
     for whichever worker is free, once the backoff ends."""
     ran: list[str] = []
     report = StepReport(session, "nothing")
-    for _ in range(MAX_STEPS_PER_RESUME):
+    for n in range(MAX_STEPS_PER_RESUME):
         current = report.session
         if current.status != "running":
             break
         if stop_at_backoff and backoff_left_ms(current, rt.clock.now_ms()):
             break
-        report = await step(rt, report.session, holder)
+        report = await step(rt, report.session, holder, more=n + 1 < MAX_STEPS_PER_RESUME)
         ran.extend(report.ran)
     return replace(report, ran=tuple(ran))
 
 
-async def step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+async def step(rt: Runtime, session: Session, holder: Holder, *, more: bool = False) -> StepReport:
+    """One step. `more`: the caller steps again at once while the session is running, so
+    a step that ends with the calls' results counts the next model call's attempt in its
+    own commit (see `_commit_results`)."""
     if session.status == "frozen":
         raise SessionError(f"session {session.id} is frozen; `session resume` continues it")
     if session.status == "failed":
@@ -95,7 +101,7 @@ async def step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
     if isinstance(last, UserTurn):
         return await _llm_step(rt, session, holder)
     if isinstance(last, PartialUserTurn):
-        return await _call_step(rt, session, holder)
+        return await _call_step(rt, session, holder, more)
     raise SessionError(f"session {session.id} ends with an LLM turn and no calls; corrupt?")
 
 
@@ -117,19 +123,26 @@ async def _llm_step(rt: Runtime, session: Session, holder: Holder) -> StepReport
     either store the next attempt's time (retryable, budget left: still running) or fail
     the session (budget spent, or an error no retry can fix)."""
     budget = rt.agent.llm_retries
-    if session.llm_attempts >= budget.max_attempts:  # the last attempt was interrupted
-        last = session.llm_last_error or "the last one was interrupted before it answered"
-        return await _model_failed(rt, session, holder, f"all {budget.max_attempts}"
-                                   f" attempts were used; last: {last}")  # fmt: skip
-    wait_ms = backoff_left_ms(session, rt.clock.now_ms())
-    if wait_ms > 0:
-        await rt.clock.sleep(wait_ms / 1000)
-    session.llm_attempts += 1
-    await rt.commit(session, holder)
+    counted, holder.attempt_counted_at = holder.attempt_counted_at == session.version, None
+    if not counted:
+        if session.llm_attempts >= budget.max_attempts:  # the last attempt was interrupted
+            last = session.llm_last_error or "the last one was interrupted before it answered"
+            return await _model_failed(rt, session, holder, f"all {budget.max_attempts}"
+                                       f" attempts were used; last: {last}")  # fmt: skip
+        wait_ms = backoff_left_ms(session, rt.clock.now_ms())
+        if wait_ms > 0:
+            await rt.clock.sleep(wait_ms / 1000)
+        session.llm_attempts += 1
+        await rt.commit(session, holder)
     crash_point("llm.request")
-    session = await rt.storage.run(rt.storage.store.with_history, session)
+    prompt = rt.conversations.prompt(session)
+    if prompt is None:  # the turns before the loaded ones are not kept: read them once
+        prompt = rt.conversations.prompt(
+            await rt.storage.run(rt.storage.store.with_history, session)
+        )
+        assert prompt is not None, "a session with its history always has a prompt"
     try:
-        response = await rt.llm.complete(llm_request(rt.agent, session))
+        response = await rt.llm.complete(prompt.request)
     except LLMClosedError:
         raise  # the engine's own bug (a closed provider), not the model's failure
     except LLMError as exc:
@@ -137,9 +150,10 @@ async def _llm_step(rt: Runtime, session: Session, holder: Holder) -> StepReport
     crash_point("llm.response")
     session.llm_attempts, session.llm_next_attempt_ms, session.llm_last_error = 0, None, None
     turn_index = session.turn_count
-    session.turns.append(LlmTurn(text=response.text, tool_calls=[
+    answer = LlmTurn(text=response.text, tool_calls=[
         ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls
-    ]))  # fmt: skip
+    ])  # fmt: skip
+    session.turns.append(answer)
     if not response.tool_calls:
         session.final_answer = response.text or ""
         set_status(session, "completed")
@@ -151,6 +165,7 @@ async def _llm_step(rt: Runtime, session: Session, holder: Holder) -> StepReport
         session.calls[call.id] = call
     session.turns.append(PartialUserTurn(call_ids=[c.id for c in response.tool_calls]))
     await rt.settle_and_commit(session, holder)
+    rt.conversations.answered(prompt, answer)  # stored now: the next request starts from it
     return StepReport(session, "llm_turn")
 
 
@@ -267,39 +282,61 @@ def _rebase(disposition: AnyDisposition, base: BaseDisposition) -> AnyDispositio
     return base
 
 
-async def _call_step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+async def _call_step(rt: Runtime, session: Session, holder: Holder, more: bool) -> StepReport:
     calls = runnable(session)
     if not calls:
         await rt.settle_and_commit(session, holder)
         return StepReport(session, "nothing")
-    return await _run_calls(rt, session, calls, holder)
+    return await _run_calls(rt, session, calls, holder, more)
 
 
 async def _run_calls(
-    rt: Runtime, session: Session, calls: list[TrackedCall], holder: Holder
+    rt: Runtime, session: Session, calls: list[TrackedCall], holder: Holder, more: bool = False
 ) -> StepReport:
     now = rt.clock.now_ms()
+    plans = [(c, _disposition(rt, c)) for c in calls]
     for call in calls:
         move_call(call, "running", now)
-    await rt.commit(session, holder)  # visible as running; a stale holder stops here
-    finished = await _execute(rt, CallExecutor(rt, session, holder), calls)
+    if holder.lost or any(stored_before_start(rt.agent, c, d) for c, d in plans):
+        await rt.commit(session, holder)  # visible as running; a stale holder stops here
+    finished = await _execute(rt, CallExecutor(rt, session, holder), plans)
     now = rt.clock.now_ms()
     for call in calls:
         if call.id in finished:
             finish(call, finished[call.id], now)
         else:  # the step yielded before it finished: it runs again next step
             move_call(call, "ready", now)
-    await rt.settle_and_commit(session, holder)
+    await _commit_results(rt, session, holder, more)
     return StepReport(session, "ran_calls", tuple(c.id for c in calls if c.id in finished))
 
 
+async def _commit_results(rt: Runtime, session: Session, holder: Holder, more: bool) -> None:
+    """Settle and commit the calls' results. When that makes a user turn of results and
+    the next step (`more`) asks the model at once, the commit also counts that request's
+    attempt, as `_llm_step` would in a commit of its own: the count is in the store
+    before the request either way, and a process that dies in between has spent it,
+    as one killed mid-request has. `holder` notes the version that counted it."""
+    settle(session)
+    counted = (
+        more
+        and session.status == "running"
+        and isinstance(session.last_turn, UserTurn)
+        and session.llm_attempts < rt.agent.llm_retries.max_attempts
+        and backoff_left_ms(session, rt.clock.now_ms()) == 0
+    )
+    if counted:
+        session.llm_attempts += 1
+    await rt.commit(session, holder)
+    if counted:
+        holder.attempt_counted_at = session.version
+
+
 async def _execute(
-    rt: Runtime, executor: CallExecutor, calls: list[TrackedCall]
+    rt: Runtime, executor: CallExecutor, plans: list[tuple[TrackedCall, AnyDisposition]]
 ) -> dict[str, ToolResult]:
     """Run the calls: runSync ones first, one by one; then the others concurrently
     (at most maxConcurrency), waited for as the yield strategy says."""
     finished: dict[str, ToolResult] = {}
-    plans = [(c, _disposition(rt, c)) for c in calls]
     for call, disposition in plans:
         if isinstance(unwrap(disposition)[1], RunSync):
             finished[call.id] = await executor.run(call, disposition)

@@ -151,7 +151,9 @@ class TrackedCall(Model):
     turn: int  # index of the LLM turn that asked for it
     label: str | None = None
     defer_reason: str | None = None
-    attempts: int = 0  # counted in the store before each attempt starts
+    #: Counted in the store before each attempt starts when a worker gets it or its
+    #: effects are external; a contained in-process attempt is stored with its result.
+    attempts: int = 0
     #: Retry budget (attempts in all) and when the next attempt may start (epoch ms).
     max_attempts: int | None = None
     next_attempt_ms: int | None = None

@@ -37,7 +37,7 @@ class Move(NamedTuple):
 
 #: Calls: created as ready or deferred (or already failed, for an unknown tool).
 CALL_MOVES: tuple[Move, ...] = (
-    Move("ready", "running", "a step starts it (counted in the store before it runs)"),
+    Move("ready", "running", "a step starts it (counted first if isolated or external)"),
     Move("running", "ready", "the step yielded before it finished, or its holder died"),
     Move("running", "completed", "it returned a result"),
     Move("running", "failed", "it returned an error, timed out or used up its retries"),

@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -208,6 +208,8 @@ MIGRATIONS: list[str] = [
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+#: SQLite's `synchronous` settings a store may use (WAL mode: see SQLiteStore).
+Synchronous = Literal["NORMAL", "FULL"]
 #: Rows are validated when written; reading many at once is one pass of pydantic-core.
 TURN_LIST = TypeAdapter(list[Turn])
 CALL_LIST = TypeAdapter(list[TrackedCall])
@@ -224,14 +226,15 @@ def _now_ms() -> int:
 class _Connection:
     """One sqlite3 connection and the lock that gives it to one thread at a time."""
 
-    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+    def __init__(self, path: Path, busy_timeout_s: float, synchronous: Synchronous) -> None:
         # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE below).
         self.db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
                                   check_same_thread=False)  # fmt: skip
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(f"PRAGMA synchronous={synchronous}")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.lock = threading.RLock()
+        self.commits = 0  # write transactions committed on this connection
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
@@ -250,6 +253,7 @@ class _Connection:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
+            self.commits += 1
 
     def close(self) -> None:
         with self.lock:
@@ -265,8 +269,18 @@ class SQLiteStore(SQLiteClaims, DurableStore):
     """
 
     def __init__(
-        self, path: str | Path, *, busy_timeout_s: float = 10.0, lease_busy_timeout_s: float = 2.0
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 10.0,
+        lease_busy_timeout_s: float = 2.0,
+        synchronous: Synchronous = "NORMAL",
     ) -> None:
+        """`synchronous`: SQLite's setting for both connections. NORMAL (in WAL mode) loses
+        no commit when this process dies, but may lose the last ones to a power cut or an
+        OS crash; FULL syncs the log at every commit, and loses none to those either."""
+        if synchronous not in get_args(Synchronous):
+            raise ValueError(f"synchronous: expected NORMAL or FULL, got {synchronous!r}")
         self.path = Path(path)
         self.description = f"SQLite store {self.path}"
         #: Per session: ids of calls known to be stored as terminal, so a save rewrites no
@@ -280,9 +294,9 @@ class SQLiteStore(SQLiteClaims, DurableStore):
         self._leases: _Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._data = _Connection(self.path, busy_timeout_s)
+            self._data = _Connection(self.path, busy_timeout_s, synchronous)
             self._migrate()
-            self._leases = _Connection(self.path, lease_busy_timeout_s)
+            self._leases = _Connection(self.path, lease_busy_timeout_s, synchronous)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
 
@@ -296,6 +310,12 @@ class SQLiteStore(SQLiteClaims, DurableStore):
         """The sessions connection, for inspection (PRAGMAs, counts) from one thread; the
         store's own methods take its lock, this does not."""
         return self._data.db
+
+    @property
+    def commits(self) -> int:
+        """Write transactions this store has committed (both connections), for counting
+        what an operation costs."""
+        return self._data.commits + (self._leases.commits if self._leases is not None else 0)
 
     @property
     def _lease_db(self) -> _Connection:
@@ -449,7 +469,8 @@ class SQLiteStore(SQLiteClaims, DurableStore):
                 raise SessionNotFound(session.id)
             if row[0] != session.version:
                 raise VersionConflict(session.id, session.version, row[0])
-            events = derive_events(stored, calls, row[2], self._stored_states(db, stored.id, calls))
+            states = self._stored_states(db, stored.id, calls)
+            events = derive_events(stored, calls, row[2], states)
             db.execute(
                 "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?,"
                 " due_ms = ?, agent_hash = ?, schema_version = ?, turn_count = ?"
@@ -459,7 +480,9 @@ class SQLiteStore(SQLiteClaims, DurableStore):
                  stored.turn_count, session.id),
             )  # fmt: skip
             # The last stored turn may have been replaced (a partial turn folds).
-            self._write_rows(db, stored, max(row[1] - 1, stored.first_turn), calls)
+            new = [c for c in calls if c.id not in states]
+            first = max(row[1] - 1, stored.first_turn)
+            self._write_rows(db, stored, first, calls, stored_turns=row[1], new=new)
             self._write_events(db, stored.id, events, stored.updated_ms)
         self._announce(events)
         self._settled.remember(stored.id, terminal_ids(calls))
@@ -471,13 +494,18 @@ class SQLiteStore(SQLiteClaims, DurableStore):
         session: Session,
         first: int,
         calls: builtins.list[TrackedCall],
+        *,
+        stored_turns: int = 0,
+        new: builtins.list[TrackedCall] | None = None,
     ) -> None:
-        """Inside the transaction: the turns from index `first` on, `calls`, their tokens."""
+        """Inside the transaction: the turns from index `first` on, `calls`, and the
+        tokens of the `new` ones (default: all); `stored_turns` were stored before."""
         turns = session.turns[first - session.first_turn :]
-        db.execute(
-            "DELETE FROM session_turns WHERE session_id = ? AND idx >= ?",
-            (session.id, first + len(turns)),
-        )  # a turn count that shrank (never by the scheduler) leaves no stale rows
+        if stored_turns > first + len(turns):  # shrank (never by the scheduler): no stale rows
+            db.execute(
+                "DELETE FROM session_turns WHERE session_id = ? AND idx >= ?",
+                (session.id, first + len(turns)),
+            )
         db.executemany(
             "INSERT OR REPLACE INTO session_turns VALUES (?, ?, ?)",
             [(session.id, first + i, TURN.dump_json(t).decode()) for i, t in enumerate(turns)],
@@ -490,9 +518,9 @@ class SQLiteStore(SQLiteClaims, DurableStore):
             [(session.id, c.id, c.turn, c.state not in TERMINAL_STATES, c.model_dump_json(),
               c.state, c.tool) for c in calls],
         )  # fmt: skip
-        db.executemany(
+        db.executemany(  # a call's token never changes: only a new call adds one
             "INSERT OR IGNORE INTO continuations VALUES (?, ?, ?)",
-            [(call.token, session.id, call.id) for call in calls],
+            [(call.token, session.id, call.id) for call in (calls if new is None else new)],
         )
 
     def _stored_states(
@@ -502,13 +530,15 @@ class SQLiteStore(SQLiteClaims, DurableStore):
         if not calls:
             return {}
         return dict(db.execute(
-            "SELECT call_id, json_extract(document, '$.state') FROM session_calls"
+            "SELECT call_id, state FROM session_calls"
             " WHERE session_id = ? AND call_id IN (SELECT value FROM json_each(?))",
             (session_id, json.dumps([c.id for c in calls]))).fetchall())  # fmt: skip
 
     def _write_events(
         self, db: sqlite3.Connection, session_id: str, events: builtins.list[NewEvent], at_ms: int
     ) -> None:
+        if not events:
+            return
         db.executemany(
             "INSERT INTO events (session_id, kind, call_id, data, at_ms) VALUES (?, ?, ?, ?, ?)",
             [(session_id, e.kind, e.call_id, json.dumps(e.data), at_ms) for e in events],

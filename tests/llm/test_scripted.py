@@ -47,3 +47,16 @@ def test_closing_a_script_releases_nothing_and_it_keeps_replaying():
         return await llm.complete(LLMRequest("", (Message("user", "go"),)))
 
     assert anyio.run(main).text == "still here"
+
+
+def test_a_request_extending_the_last_one_is_counted_from_where_it_left_off():
+    llm = ScriptedLLM([{"text": f"turn {i}"} for i in range(4)])
+    user = Message("user", "go")
+    first = (user, Message("assistant", "a"), Message("user", "b"))
+    assert anyio.run(llm.complete, LLMRequest("", first)).text == "turn 1"
+    longer = (*first, Message("assistant", "c"), Message("user", "d"))
+    assert anyio.run(llm.complete, LLMRequest("", longer)).text == "turn 2"
+    # The same first message, then something else: counted again from the start.
+    other = (user, Message("user", "b"))
+    assert anyio.run(llm.complete, LLMRequest("", other)).text == "turn 0"
+    assert anyio.run(llm.complete, LLMRequest("", longer)).text == "turn 2"

@@ -69,3 +69,16 @@ def test_hash_follows_the_definition():
     one = parse_agent(agent_doc([{"text": "a"}], []))
     assert one.hash == parse_agent(agent_doc([{"text": "a"}], [])).hash
     assert one.hash != parse_agent(agent_doc([{"text": "b"}], [])).hash
+
+
+def test_the_hash_is_computed_once_and_a_changed_copy_has_its_own(monkeypatch):
+    agent = parse_agent(agent_doc([{"text": "a"}], []))
+    first = agent.hash
+    dumps = []
+    monkeypatch.setattr(type(agent), "to_document", lambda self: dumps.append(1) or {})
+    assert agent.hash == first and dumps == []  # not recomputed
+    monkeypatch.undo()
+    changed = agent.with_mode("synchronous")  # the test's agents are asynchronous
+    assert changed.hash != first
+    assert changed.with_mode("asynchronous").hash == first
+    assert agent.model_copy().hash == first

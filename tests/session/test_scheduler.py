@@ -34,7 +34,8 @@ def test_step_by_step_the_turns_advance(durable):
         kinds.append(report.action)
     assert kinds == ["llm_turn", "ran_calls"]
     assert report.status == "completed" and report.action == "llm_turn"
-    assert [t.kind for t in report.session.turns] == ["user", "llm", "user", "llm"]
+    stored = agent.store.load(session.id)  # a report holds the session's recent part
+    assert [t.kind for t in stored.turns] == ["user", "llm", "user", "llm"]
 
 
 def test_wake_is_idempotent_and_refuses_unknown_tokens(durable):

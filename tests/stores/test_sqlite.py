@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
 from runner.session import Session, TrackedCall
 from runner.state import new_token
-from runner.stores import SQLiteStore, StoreError
+from runner.stores import FencedOut, SQLiteStore, StoreError
 from runner.stores.sqlite import MIGRATIONS, SCHEMA_VERSION
 from tests.stores.sessions import long_session
 
@@ -165,3 +166,34 @@ def test_migration_from_schema_version_1(tmp_path):
     loaded = store.load(old["id"])
     assert loaded.schema_version == 1 and loaded.due_ms() is not None
     assert store.acquire_lease(old["id"], "me", 5).fencing_token == 1
+
+
+# --- durability setting, commits counted -------------------------------------------------
+
+
+@pytest.mark.parametrize(("setting", "code"), [("NORMAL", 1), ("FULL", 2)])
+def test_synchronous_is_set_on_both_connections(tmp_path, setting, code):
+    store = SQLiteStore(tmp_path / "s.db", synchronous=setting)
+    try:
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == code
+        assert store._lease_db.db.execute("PRAGMA synchronous").fetchone()[0] == code
+    finally:
+        store.close()
+
+
+def test_an_unknown_synchronous_setting_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="synchronous: expected NORMAL or FULL, got 'OFF'"):
+        SQLiteStore(tmp_path / "s.db", synchronous="OFF")  # type: ignore[arg-type]
+
+
+def test_commits_are_counted_on_both_connections(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    session = new_session(store)
+    before = store.commits
+    store.save(session)
+    lease = store.acquire_lease(session.id, "me", 30)
+    assert store.commits == before + 2
+    with pytest.raises(FencedOut):
+        store.save(store.load(session.id), (replace(lease, fencing_token=0),))
+    assert store.commits == before + 2  # rolled back: not counted
+    store.close()
