@@ -11,6 +11,9 @@ sessions, and commands that need leases (`worker`) refuse it.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -39,10 +42,17 @@ from runner.session import (
 )
 from runner.session.attachments import AttachmentError, read_attachments
 from runner.state import Attachment, now_ms
-from runner.stores import DurableStore, Lease, SessionStore, StoreError
+from runner.stores import DurableStore, Lease, SessionStore, StoreError, StoreUnavailable
 from runner.stores import open_store as open_location
 
 DEFAULT_STORE = ".agents-runner/state.db"
+
+log = logging.getLogger("runner.cli")
+#: How long a long-running command (worker, serve) waits for a store that does not answer
+#: at start (a database still starting, or restarting) before it gives up; the variable
+#: AGENTS_RUNNER_STORE_WAIT_SECONDS overrides it.
+STORE_WAIT_S = 60.0
+STORE_WAIT_VARIABLE = "AGENTS_RUNNER_STORE_WAIT_SECONDS"
 
 
 StoreOption = Annotated[
@@ -133,15 +143,45 @@ def user_errors() -> Iterator[None]:
 
 
 @contextmanager
-def open_sessions(location: str) -> Iterator[SessionStore]:
+def open_sessions(location: str, wait_s: float = 0.0) -> Iterator[SessionStore]:
     """The store at `location` for the session commands, closed when the command is done
-    with it: a DurableStore, or a file store (then single-process: see the module doc)."""
+    with it: a DurableStore, or a file store (then single-process: see the module doc).
+    With `wait_s`, a store whose server does not answer yet is tried again until then."""
     with user_errors():
-        store = open_location(location)
+        store = _open_waiting(location, wait_s)
     try:
         yield store
     finally:
         store.close()
+
+
+def _store_wait_s() -> float:
+    text = os.environ.get(STORE_WAIT_VARIABLE, "")
+    if not text:
+        return STORE_WAIT_S
+    try:
+        wait_s = float(text)
+    except ValueError:
+        wait_s = -1.0
+    if not wait_s >= 0:  # also NaN
+        fail(f"{STORE_WAIT_VARIABLE}: expected a number of seconds >= 0, got {text!r}", 2)
+    return wait_s
+
+
+def _open_waiting(location: str, wait_s: float) -> SessionStore:
+    """open_location, trying again (with backoff) while the store's server is unavailable,
+    up to `wait_s`: a worker may start before its database, or during its restart."""
+    give_up, pause = time.monotonic() + wait_s, 0.5
+    while True:
+        try:
+            return open_location(location)
+        except StoreUnavailable as exc:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise
+            log.warning("waiting for the store (%.0f s left): %s", left, exc)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 5.0)
 
 
 @contextmanager
@@ -151,7 +191,7 @@ def open_store(location: str, purpose: str | None = None) -> Iterator[DurableSto
     purpose = (
         purpose or "a command that advances sessions beside other processes, such as `worker`,"
     )
-    with open_sessions(location) as store:
+    with open_sessions(location, _store_wait_s()) as store:
         with user_errors():
             durable = require_durable(store, purpose)
         yield durable

@@ -11,16 +11,12 @@ Access control needs --tokens FILE; without it the server refuses to start unles
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import signal
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
-import uvicorn
 
 from runner.cli.app import app, fail
 from runner.cli.common import (
@@ -34,19 +30,9 @@ from runner.cli.common import (
     StoreOption,
     open_store,
 )
-from runner.cli.worker import advance_sessions, log
-from runner.isolation import check_engine
-from runner.server import AuthError, Grant, close_streams, create_app, load_tokens
-from runner.session.claims import keep_sweeping_claims
-from runner.stores import DurableStore
 
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handlers: `serve` owns SIGTERM and SIGINT."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+if TYPE_CHECKING:
+    from runner.server import Grant
 
 
 @app.command("serve")
@@ -71,6 +57,10 @@ def serve(
     pool_idle_seconds: PoolIdleOption = None,
 ) -> None:
     """Serve the HTTP API and advance due sessions until SIGTERM (which drains)."""
+    # The server's stack (FastAPI, uvicorn) is imported only by this command.
+    from runner.cli.serving import run_server
+    from runner.server import AuthError, load_tokens
+
     grants: list[Grant] | None = None
     if tokens is not None:
         try:
@@ -84,50 +74,8 @@ def serve(
     if agents is not None and not agents.is_dir():
         fail(f"--agents: {agents} is not a directory")
     with open_store(store, "the server (it advances sessions beside other processes)") as held:
-        anyio.run(_run, held, host, port, agents, grants, concurrency, poll_seconds, pool_size,
-                  pool_idle_seconds)  # fmt: skip
-
-
-async def _run(store: DurableStore, host: str, port: int, agents: Path | None,
-               grants: list[Grant] | None, concurrency: int, poll_s: float,
-               pool_size: int | None, pool_idle_s: float | None) -> None:  # fmt: skip
-    # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
-    app = create_app(store, agents, grants, docker_check=check_engine if pool_size else None)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    server = _Server(config)
-    stopping = anyio.Event()
-
-    async def on_signals() -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                log(f"serve {host}:{port}: draining")
-                close_streams(app)  # uvicorn waits for open event streams otherwise
-                server.should_exit = True
-                stopping.set()
-                return
-
-    served = anyio.Event()
-
-    async def http() -> None:
-        try:
-            await server.serve()
-        finally:
-            served.set()
-            stopping.set()  # uvicorn stopped on its own (e.g. the port was taken): stop too
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(on_signals)
-        group.start_soon(http)
-        group.start_soon(keep_sweeping_claims, store)  # lapsed claims (runner.session.claims)
-        await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size,
-                               pool_idle_s=pool_idle_s)  # fmt: skip
-        # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
-        # it part way would end the lifespan with a traceback.
-        server.should_exit = True
-        await served.wait()
-        group.cancel_scope.cancel()
-    if not server.started:
-        fail(f"could not serve on {host}:{port} (see the log above)", 1)
+        anyio.run(run_server, held, host, port, agents, grants, concurrency, poll_seconds,
+                  pool_size, pool_idle_seconds)  # fmt: skip
 
 
 def _loopback(host: str) -> bool:

@@ -7,14 +7,15 @@ prompt sent from the editor starts a new session of that agent and runs it live.
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from textual.logging import TextualHandler
 
 from runner.cli.app import app, fail
 from runner.cli.common import DEFAULT_STORE, AgentFileOption, StoreOption, open_sessions
-from runner.tui import ConsoleApp, ServerSource, Source, StoreSource
+
+if TYPE_CHECKING:
+    from runner.tui import Source
 
 
 @app.command("tui")
@@ -36,6 +37,11 @@ def tui(
 ) -> None:
     """The terminal console: every session, its conversation, and the Pending panel to
     answer (Ctrl+Y) or fail (Ctrl+W) the calls it waits on."""
+    # Textual and the console are imported only by this command.
+    from textual.logging import TextualHandler
+
+    from runner.tui import ServerSource, StoreSource
+
     chosen = agent_file or (ctx.obj or {}).get("agent_file")
     if chosen is not None and not chosen.is_file():
         fail(f"--agent-file: {chosen} is not a file")
@@ -53,6 +59,8 @@ def tui(
 
 
 def _run(source: Source) -> None:
+    from runner.tui import ConsoleApp
+
     ConsoleApp(source).run()
 
 

@@ -34,6 +34,12 @@ class StoreError(Exception):
     """The store cannot do what was asked; the message says why."""
 
 
+class StoreUnavailable(StoreError):
+    """The store's server did not answer (not running yet, restarting, unreachable): a
+    long-running process may wait and try again; anything else about the store is not
+    worth retrying."""
+
+
 class SessionNotFound(StoreError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session {session_id!r} in this store")

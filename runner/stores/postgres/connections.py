@@ -39,7 +39,7 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from runner.faults import crash_point
-from runner.stores.base import StoreError
+from runner.stores.base import StoreError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class Database:
                 pool.open(wait=True, timeout=self._connect_timeout_s)
         except (PoolTimeout, psycopg.Error) as exc:
             self.close()
-            raise StoreError(f"cannot connect to {self.where}: {self.scrub(exc)}") from None
+            raise StoreUnavailable(f"cannot connect to {self.where}: {self.scrub(exc)}") from None
 
     @staticmethod
     def _pool(
@@ -152,7 +152,7 @@ class Database:
         try:
             return psycopg.connect(self.url, **self._options)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.where}: {self.scrub(exc)}") from None
+            raise StoreUnavailable(f"cannot connect to {self.where}: {self.scrub(exc)}") from None
 
     # --- calls --------------------------------------------------------------------------
 
