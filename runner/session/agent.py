@@ -115,6 +115,12 @@ class Agent(_Spec):
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 
+    def effects_of(self, tool: str) -> Literal["none", "contained", "external"]:
+        """What a call of `tool` may do outside: as declared, or `external` for a tool the
+        file does not declare (nothing says it is safe to run or hand out twice)."""
+        spec = self.tool(tool)
+        return spec.effects if spec is not None else "external"
+
     def to_document(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 

@@ -23,7 +23,7 @@ from typing import Literal
 import anyio
 import anyio.to_thread
 
-from runner.session.agent import Agent, AgentError, parse_agent
+from runner.session.agent import AgentError, parse_agent
 from runner.session.gate import SessionError
 from runner.session.leases import LeaseBusy
 from runner.session.scheduler import with_durable_workflows
@@ -39,13 +39,6 @@ SWEEP_EVERY_S = 1.0
 #: How long a sweep waits for the lease of a session someone is advancing; past it the
 #: claim is left to the next sweep.
 LEASE_WAIT_S = 1.0
-
-
-def external_effects(agent: Agent, tool: str) -> bool:
-    """Whether a call of `tool` may have changed the world outside: declared so, or not
-    declared at all (nothing says it is safe to hand out twice)."""
-    spec = agent.tool(tool)
-    return spec is None or spec.effects == "external"
 
 
 async def sweep_claims(store: DurableStore, *, limit: int = SWEEP_BATCH) -> int:
@@ -87,7 +80,7 @@ async def _settle(store: DurableStore, claim: Claim) -> bool:
         return await _mark(store, claim, "released")
     document = await anyio.to_thread.run_sync(store.agent_document, session.agent_hash)
     agent = parse_agent(document, f"the stored agent of session {session.id}")
-    if not external_effects(agent, call.tool):
+    if agent.effects_of(call.tool) != "external":
         return await _mark(store, claim, "released")
     if not await _mark(store, claim, "lapsed"):
         return False  # renewed or finished meanwhile

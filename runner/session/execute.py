@@ -113,8 +113,7 @@ def stored_before_start(agent: Agent, call: TrackedCall, disposition: AnyDisposi
     `external`, or an undeclared tool). A contained in-process call is not worth commits
     of its own: if this process dies it runs again, from ready, as the same attempt, and
     its attempt and result are stored with the step's commit."""
-    spec = agent.tool(call.tool)
-    external = spec is None or spec.effects == "external"
+    external = agent.effects_of(call.tool) == "external"
     return external or isinstance(unwrap(disposition)[1], RunIsolated)
 
 
@@ -286,9 +285,8 @@ class CallExecutor:
         ledger = self.rt.storage.durable
         if ledger is None:
             return
-        spec = self.rt.agent.tool(call.tool)
         effect = Effect(call.idempotency_key, self.session.id, call.id, call.attempts,
-                        spec.effects if spec else "external", state, result)  # fmt: skip
+                        self.rt.agent.effects_of(call.tool), state, result)  # fmt: skip
         await self.rt.storage.run(ledger.record_effect, effect, self.holder.fences)
 
     async def _isolated(self, call: TrackedCall, base: RunIsolated) -> ToolResult:
