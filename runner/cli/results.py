@@ -3,12 +3,11 @@ UserToolResponse, a v1 ToolCallResult envelope, any other JSON, or plain text.""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from runner.cli.app import fail
 from runner.session import ToolResult
-from runner.session.results import ResultError, result_from_value
+from runner.session.results import ResultError, result_from_text
 
 #: Largest result file `session complete` reads.
 MAX_RESULT_FILE_BYTES = 16 * 1024 * 1024
@@ -31,10 +30,6 @@ def read_result(path: Path) -> ToolResult:
     except UnicodeDecodeError as exc:
         fail(f"the result file {path} is not UTF-8 text: {exc}")
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return ToolResult.ok(text.strip())  # as agents-exe: `echo 42 > r.txt` gives "42"
-    try:
-        return result_from_value(value, str(path))
+        return result_from_text(text, str(path))
     except ResultError as exc:
         fail(str(exc))

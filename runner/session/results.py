@@ -1,10 +1,12 @@
 """A call's result from what a worker hands back, as agents-exe reads it: a
 UserToolResponse (agents-exe's camelCase or the envelope's snake_case), a v1
-ToolCallResult envelope, or any other JSON value (a JSON result). Shared by `session
-complete` (which reads it from a file) and the server (from a request body)."""
+ToolCallResult envelope, or any other JSON value (a JSON result); from text, as
+agents-exe reads a result file, anything that is not JSON is the text itself. Shared by
+`session complete` (a file), the server (a request body) and the console (the editor)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,3 +44,18 @@ def result_from_value(value: Any, where: str) -> ToolResult:
             raise ResultError(f"{where}: not a valid ToolCallResult:"
                               f" {codec.describe_validation_error(exc)}") from exc  # fmt: skip
     return ToolResult.ok(value)
+
+
+def value_from_text(text: str) -> Any:
+    """What text stands for: its JSON value, or else the text (stripped), as agents-exe
+    reads a result file (`echo 42 > r.txt` gives 42; `echo done > r.txt` gives "done")."""
+    stripped = text.strip()
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError:
+        return stripped
+
+
+def result_from_text(text: str, where: str) -> ToolResult:
+    """The result text stands for (see value_from_text and result_from_value)."""
+    return result_from_value(value_from_text(text), where)

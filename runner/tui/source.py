@@ -11,12 +11,11 @@ else completed meanwhile, a refused resume, a store that cannot be reached) rais
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from runner.session.results import ResultError, result_from_value
+from runner.session.results import ResultError, result_from_value, value_from_text
 from runner.state import ToolResult
 
 #: How long a source waits for a change before the screens refresh anyway (ages, expiry).
@@ -47,13 +46,9 @@ class SessionRow:
 def answer_value(text: str) -> Any:
     """What an answer typed in the editor stands for, as `session complete` reads a file:
     JSON (a UserToolResponse, a ToolCallResult or any other value), or else the text."""
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise SourceError("the answer is empty; a result needs some content")
-    try:
-        return json.loads(stripped)
-    except json.JSONDecodeError:
-        return stripped
+    return value_from_text(text)
 
 
 def answer_result(text: str) -> ToolResult:
