@@ -27,7 +27,6 @@ import json
 import signal
 import sys
 import time
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Annotated
 
@@ -50,19 +49,18 @@ from runner.cli.common import (
 from runner.cli.pooling import PooledRunners, runner_factory
 from runner.isolation import sweep_orphans
 from runner.session import (
+    Agent,
     DurableAgent,
     LeaseBusy,
+    StoredAgents,
     default_lease_seconds,
     default_owner,
-    parse_agent,
 )
 from runner.state import Session
 from runner.stores import DurableStore
 
 #: Longest single wait for the store's announcements (see `listen`).
 LISTEN_SLICE_S = 1.0
-#: Stored agents a worker keeps parsed, with their conversations (least recent dropped).
-AGENTS_KEPT = 64
 #: After an error, a session is left alone this long before the worker tries it again,
 #: twice as long after each further error in a row, up to MAX_ERROR_BACKOFF_S.
 ERROR_BACKOFF_S = 30.0
@@ -159,28 +157,16 @@ async def _advance(store: DurableStore, concurrency: int, poll_s: float, stoppin
         log(f"worker {owner}: draining ({len(in_flight)} in flight)")
         wake.set()
 
-    # One DurableAgent per stored agent (a definition never changes under its hash), so
-    # that its kept conversations spare each step re-reading and re-encoding the history.
-    agents: OrderedDict[str, DurableAgent] = OrderedDict()
+    def build(agent: Agent) -> DurableAgent:
+        durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
+        return durable if pooled is None else replace(durable, runner_factory=pooled)
 
-    async def agent_of(agent_hash: str) -> DurableAgent:
-        durable = agents.get(agent_hash)
-        if durable is None:
-            document = await anyio.to_thread.run_sync(store.agent_document, agent_hash)
-            agent = parse_agent(document, "stored agent").with_mode("asynchronous")
-            durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
-            if pooled is not None:
-                durable = replace(durable, runner_factory=pooled)
-            agents[agent_hash] = durable
-            while len(agents) > AGENTS_KEPT:
-                agents.popitem(last=False)
-        agents.move_to_end(agent_hash)
-        return durable
+    agents = StoredAgents(store, build)
 
     async def advance(session_id: str) -> None:
         try:
             session = await anyio.to_thread.run_sync(lambda: store.load(session_id, history=False))
-            durable = await agent_of(session.agent_hash)
+            durable = await agents.of_hash(session.agent_hash)
             report = await durable.work(session_id)
             errors.pop(session_id, None)
             log(f"session {session_id}: {report.status}, ran {len(report.ran)} call(s)"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -31,9 +30,9 @@ from runner.session import (
     Session,
     SessionError,
     StoreCapabilityError,
+    StoredAgents,
     ToolResult,
     UnknownToken,
-    parse_agent,
     pending_entry,
     with_durable_workflows,
 )
@@ -137,28 +136,17 @@ async def call(function: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(function, *args)
 
 
-#: Per store, the stored agents parsed so far (a definition never changes under its
-#: hash), least recent dropped past AGENTS_KEPT: a request reuses the agent's kept
-#: conversations instead of re-reading a session's history for its next model call.
-_AGENTS: weakref.WeakKeyDictionary[DurableStore, OrderedDict[str, DurableAgent]] = (
-    weakref.WeakKeyDictionary()
-)
-AGENTS_KEPT = 64
+#: Per store, its stored agents made so far (see runner.session.stored).
+_AGENTS: weakref.WeakKeyDictionary[DurableStore, StoredAgents] = weakref.WeakKeyDictionary()
 
 
 async def stored_agent(store: DurableStore, session_id: str) -> DurableAgent:
     session = await call(lambda: store.load(session_id, history=False))
-    kept = _AGENTS.setdefault(store, OrderedDict())
-    durable = kept.get(session.agent_hash)
-    if durable is None:
-        document = await call(store.agent_document, session.agent_hash)
-        with engine_errors():
-            agent = parse_agent(document, "stored agent").with_mode("asynchronous")
-        durable = kept[session.agent_hash] = with_durable_workflows(agent, store)
-        while len(kept) > AGENTS_KEPT:
-            kept.popitem(last=False)
-    kept.move_to_end(session.agent_hash)
-    return durable
+    agents = _AGENTS.get(store)
+    if agents is None:
+        agents = _AGENTS[store] = StoredAgents(store, lambda a: with_durable_workflows(a, store))
+    with engine_errors():
+        return await agents.of_hash(session.agent_hash)
 
 
 router = APIRouter()

@@ -9,7 +9,8 @@
 agent.py: the agent file; policy.py: dispositions and the policy; scheduler.py: the
 public DurableAgent; gate.py: the lease/version/poison/expiry gate; stepper.py: steps;
 commands.py: wake and the operator's commands; execute.py: how one call runs;
-storage.py: store calls off the event loop and the capability checks; leases.py: holding
+storage.py: store calls off the event loop and the capability checks; stored.py: the
+DurableAgent of each stored agent, kept for a long-running process; leases.py: holding
 and renewing a lease; operator.py: what an operator is shown. Session values and their
 state tables live in runner.state; the engine sees isolation only through the Runner
 protocol and the store only through its interfaces.
@@ -47,6 +48,7 @@ from runner.session.scheduler import (
     with_tool_cache,
 )
 from runner.session.storage import StoreCapabilityError, require_durable
+from runner.session.stored import StoredAgents
 from runner.state import (
     SESSION_SCHEMA_VERSION,
     LlmTurn,
@@ -83,6 +85,7 @@ __all__ = [
     "SessionError",
     "StepReport",
     "StoreCapabilityError",
+    "StoredAgents",
     "Timeout",
     "ToolCall",
     "ToolResult",

@@ -1,0 +1,45 @@
+"""StoredAgents: the DurableAgent of each agent a store holds, made once per agent hash
+(a definition never changes under its hash) and kept, least recently used dropped past
+`size`. A process that advances many sessions (a worker, the server) thereby reuses each
+agent's parsed definition and kept conversations (runner.session.prompt) instead of
+re-reading a session's history for its next model call."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import anyio.to_thread
+
+from runner.session.agent import Agent, parse_agent
+from runner.session.scheduler import DurableAgent
+from runner.stores import SessionStore
+
+#: Stored agents kept by default.
+AGENTS_KEPT = 64
+
+
+class StoredAgents:
+    """`build` turns a stored definition (in asynchronous mode) into the DurableAgent
+    the process uses; it runs once per agent hash while that agent is kept."""
+
+    def __init__(self, store: SessionStore, build: Callable[[Agent], DurableAgent],
+                 size: int = AGENTS_KEPT) -> None:  # fmt: skip
+        self._store, self._build, self._size = store, build, size
+        self._kept: OrderedDict[str, DurableAgent] = OrderedDict()
+
+    async def of_hash(self, agent_hash: str) -> DurableAgent:
+        """The agent stored under `agent_hash` (StoreError when there is none, AgentError
+        when it no longer parses). Call from one event loop."""
+        durable = self._kept.get(agent_hash)
+        if durable is None:
+            document = await anyio.to_thread.run_sync(self._store.agent_document, agent_hash)
+            agent = parse_agent(document, "stored agent").with_mode("asynchronous")
+            durable = self._kept[agent_hash] = self._build(agent)
+            while len(self._kept) > self._size:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(agent_hash)
+        return durable
+
+
+__all__ = ["AGENTS_KEPT", "StoredAgents"]
