@@ -36,10 +36,10 @@ from bench_events import bench_events
 from bench_server import bench_server
 from bench_sessions import bench_postgres, bench_sessions
 from bench_workers import bench_workers
-from benchkit import Report, Row, compared, p95, render, timed
+from benchkit import Report, Row, compared, p95, render, request, timed
 
 from envelopes import codec
-from envelopes.v1 import RequestLimits, ToolCallRequest, ToolRef
+from envelopes.v1 import ToolCallRequest
 from runner.isolation import (
     ContainerLimits,
     DockerRunner,
@@ -63,13 +63,6 @@ ROWS = ("local", "docker", "pool", "throughput", "sessions", "postgres", "server
         "claims", "workers")  # fmt: skip
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
 POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
-
-
-def request(tool: str, arguments: dict[str, Any], n: int = 0) -> ToolCallRequest:
-    return ToolCallRequest(
-        id=f"bench-{n}", tool=ToolRef(name=tool), arguments=arguments,
-        deadline_ms=int((time.time() + 60) * 1000), limits=RequestLimits(max_result_bytes=65536),
-    )  # fmt: skip
 
 
 def must_be_ok(outcome: Any) -> None:

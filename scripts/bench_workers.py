@@ -26,8 +26,9 @@ import anyio
 import anyio.to_thread
 import docker
 from benchkit import Report, Row, compared, timed
+from benchkit import request as bench_request
 
-from envelopes.v1 import RequestLimits, ToolCallRequest, ToolRef
+from envelopes.v1 import ToolCallRequest
 from runner.isolation import ContainerLimits, DockerRunner, PoolSettings, WarmPool
 from runner.isolation.containers import LABEL_OWNER, labels_for, my_owner_token
 
@@ -44,10 +45,7 @@ CGROUP_V2 = "/sys/fs/cgroup/system.slice/docker-{id}.scope/cpu.stat"
 
 
 def request(tool: str, arguments: dict[str, Any], n: int = 0) -> ToolCallRequest:
-    return ToolCallRequest(
-        id=f"bench-{n}", tool=ToolRef(name=tool), arguments=arguments,
-        deadline_ms=int((time.time() + 120) * 1000), limits=RequestLimits(max_result_bytes=65536),
-    )  # fmt: skip
+    return bench_request(tool, arguments, n, deadline_s=120)
 
 
 def base_image(api: docker.APIClient) -> str:

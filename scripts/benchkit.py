@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from envelopes.v1 import RequestLimits, ToolCallRequest, ToolRef
+
 
 @dataclass
 class Row:
@@ -72,3 +74,14 @@ def render(report: Report) -> str:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
     lines += [f"  {r.name.strip()}: {r.note}" for r in report.rows if r.note]
     return "\n".join(lines)
+
+
+def request(
+    tool: str, arguments: dict[str, Any], n: int = 0, deadline_s: float = 60
+) -> ToolCallRequest:
+    """A v1 request for `tool` with id bench-`n`, due in `deadline_s`."""
+    return ToolCallRequest(
+        id=f"bench-{n}", tool=ToolRef(name=tool), arguments=arguments,
+        deadline_ms=int((time.time() + deadline_s) * 1000),
+        limits=RequestLimits(max_result_bytes=65536),
+    )  # fmt: skip
