@@ -1,5 +1,7 @@
 """The built-in tools of the demo: `fetch_local` reads a small local catalogue and `echo`
-returns its arguments. `default_tools()` is a fresh registry holding them."""
+returns its arguments. `default_tools()` is a fresh registry holding them. Both are
+`async def` although they never await: they never block either, so they run on the loop
+instead of paying a worker-thread hand-off per call."""
 
 from __future__ import annotations
 
@@ -14,14 +16,14 @@ LOCAL_CATALOGUE = {
 }
 
 
-def fetch_local(arguments: dict[str, Any]) -> Any:
+async def fetch_local(arguments: dict[str, Any]) -> Any:
     key = arguments["key"]
     if key not in LOCAL_CATALOGUE:
         raise ToolFailure(f"no local record {key!r}; known: {', '.join(sorted(LOCAL_CATALOGUE))}")
     return {"key": key, "value": LOCAL_CATALOGUE[key]}
 
 
-def echo(arguments: dict[str, Any]) -> Any:
+async def echo(arguments: dict[str, Any]) -> Any:
     return arguments
 
 

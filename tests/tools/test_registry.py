@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 
 import anyio
@@ -27,13 +28,19 @@ def test_the_default_registry_holds_the_built_ins():
     assert registry.names() == ("echo", "fetch_local") and len(registry) == 2
     assert "echo" in registry and registry.lookup("nothing") is None
     fetch_local = registry.lookup("fetch_local")
-    assert fetch_local({"key": "weather"}) == {
+    assert anyio.run(invoke, fetch_local, {"key": "weather"}) == {
         "key": "weather",
         "value": LOCAL_CATALOGUE["weather"],
     }
     with pytest.raises(ToolFailure, match="no local record 'moon'; known: inventory, weather"):
-        fetch_local({"key": "moon"})
-    assert registry.lookup("echo")({"a": 1}) == {"a": 1}
+        anyio.run(invoke, fetch_local, {"key": "moon"})
+    assert anyio.run(invoke, registry.lookup("echo"), {"a": 1}) == {"a": 1}
+
+
+def test_the_built_ins_are_coroutines_so_they_run_on_the_loop_without_a_thread():
+    # They never block, so a thread hand-off (tens of microseconds) would be pure cost.
+    for name in ("echo", "fetch_local"):
+        assert inspect.iscoroutinefunction(default_tools().lookup(name))
 
 
 def test_registries_are_independent_of_each_other_and_of_the_default():
