@@ -3,9 +3,9 @@
 Importable on its own (pydantic only; the names below load on first use). `v1` holds the
 models and codes, `bounds` its version, bounds and patterns, `wire` the strict JSON parser,
 `codec` bytes-to-envelope for both sides, `worker` a small SDK for Python workers (which
-starts without pydantic), and `schemas/1.0/` the published JSON Schemas. `agents_exe` is
-agents-exe's isolation envelope and UserToolResponse, for workers written for agents-exe (the
-compatibility mode of docs/envelope-v1.md, section 10).
+starts without pydantic), and `schemas/<version>/` the published JSON Schemas (1.0 and
+1.1). `agents_exe` is agents-exe's isolation envelope and UserToolResponse, for workers
+written for agents-exe (the compatibility mode of docs/envelope-v1.md, section 10).
 """
 
 from __future__ import annotations
@@ -26,20 +26,25 @@ if TYPE_CHECKING:
     )
     from envelopes.v1 import (
         ERROR_CODES,
+        LATEST_VERSION,
         RUNNER_ERROR_CODES,
         SUPPORTED_VERSIONS,
         VERSION,
         WORKER_ERROR_CODES,
         CallContext,
+        Collect,
         DescribeRequest,
         DescribeResult,
         ErrorCode,
         ErrorInfo,
+        EventBudget,
+        InputFile,
         JsonOutput,
         MediaOutput,
         MixedOutput,
         RequestLimits,
         RunnerErrorCode,
+        StreamEvent,
         TextOutput,
         ToolCallRequest,
         ToolCallResult,
@@ -71,15 +76,19 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ERROR_CODES",
+    "LATEST_VERSION",
     "RUNNER_ERROR_CODES",
     "SUPPORTED_VERSIONS",
     "VERSION",
     "WORKER_ERROR_CODES",
     "CallContext",
+    "Collect",
     "DescribeRequest",
     "DescribeResult",
     "ErrorCode",
     "ErrorInfo",
+    "EventBudget",
+    "InputFile",
     "JsonOutput",
     "MalformedOutput",
     "MediaOutput",
@@ -87,6 +96,7 @@ __all__ = [
     "RequestError",
     "RequestLimits",
     "RunnerErrorCode",
+    "StreamEvent",
     "TextOutput",
     "ToolCallRequest",
     "ToolCallResult",

@@ -16,12 +16,12 @@ from envelopes import wire
 from envelopes.v1 import (
     ID_PATTERN,
     MAX_REQUEST_BYTES,
-    RUNNER_ERROR_CODES,
     SUPPORTED_VERSIONS,
     DescribeRequest,
     DescribeResult,
     ToolCallRequest,
     ToolCallResult,
+    runner_only_problem,
 )
 
 _REQUEST_KINDS: dict[str, type[ToolCallRequest] | type[DescribeRequest]] = {
@@ -118,8 +118,9 @@ def decode_result(data: bytes, request: ToolCallRequest) -> ToolCallResult:
         raise MalformedOutput(f"invalid ToolCallResult: {describe_validation_error(exc)}") from None
     if result.id != request.id:
         raise MalformedOutput(f"id: expected the request's {request.id!r}, got {result.id!r}")
-    if result.error is not None and result.error.code in RUNNER_ERROR_CODES:
-        raise MalformedOutput(f"error.code: {result.error.code} may only be produced by the runner")
+    problem = runner_only_problem(result)  # a runner code, or 1.1's error.output_tail
+    if problem is not None:
+        raise MalformedOutput(problem)
     return result
 
 

@@ -2,7 +2,11 @@
 
 `build()` makes the schemas from the pydantic models (what `scripts/gen-schemas` writes);
 `load()` reads the committed files. A test keeps the two identical, so what a security
-team reads under `envelopes/schemas/1.0/` is exactly what the code enforces.
+team reads under `envelopes/schemas/<version>/` is exactly what the code enforces.
+
+One model per document serves every version: a member added in 1.1 carries
+SINCE_MARKER, and the schema of an earlier version leaves it out (so the 1.0 files, whose
+`$id` is immutable, stay byte for byte what they were).
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ from envelopes.v1 import (
     JSON_VALUE_DEF,
     JSON_VALUE_MARKER,
     SCHEMA_BASE_ID,
-    SCHEMA_MODELS,
+    SCHEMA_MODELS_BY_VERSION,
+    SINCE_MARKER,
     VERSION,
+    version_at_least,
+    version_tuple,
 )
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -46,21 +53,65 @@ def _publishable(node: Any) -> Any:
     return out
 
 
-def build(name: str) -> dict[str, Any]:
-    """The schema of envelope `name` (a key of SCHEMA_MODELS), ready to publish."""
-    generated = SCHEMA_MODELS[name].model_json_schema(mode="validation")
-    body = _publishable(generated)
-    defs = body.pop("$defs", {})
+#: Every version with published schema files, oldest first.
+PUBLISHED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_MODELS_BY_VERSION)
+
+
+def _of_version(node: Any, version: str) -> Any:
+    """`node` without the properties added after `version`, and without the markers."""
+    if isinstance(node, list):
+        return [_of_version(item, version) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _of_version(v, version) for k, v in node.items() if k != SINCE_MARKER}
+    props = node.get("properties")
+    if isinstance(props, dict):
+        out["properties"] = {
+            name: out["properties"][name]
+            for name, prop in props.items()
+            if not isinstance(prop, dict)
+            or version_at_least(version, prop.get(SINCE_MARKER, "0.0"))
+        }
+    return out
+
+
+def _referenced(body: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The definitions `body` reaches, through each other too."""
+    kept: dict[str, Any] = {}
+    pending = [body]
+    while pending:
+        text = json.dumps(pending.pop())
+        for name, definition in defs.items():
+            if name not in kept and f'"#/$defs/{name}"' in text:
+                kept[name] = definition
+                pending.append(definition)
+    return kept
+
+
+def build(name: str, version: str = VERSION) -> dict[str, Any]:
+    """The schema of envelope `name` in `version` (a key of SCHEMA_MODELS_BY_VERSION)."""
+    generated = SCHEMA_MODELS_BY_VERSION[version][name].model_json_schema(mode="validation")
+    body = _publishable(_of_version(generated, version))
+    defs = _referenced(body, body.pop("$defs", {}))
     if "#/$defs/JsonValue" in json.dumps(body) + json.dumps(defs):
         defs["JsonValue"] = _publishable(JSON_VALUE_DEF)
-    schema = {"$schema": DIALECT, "$id": f"{SCHEMA_BASE_ID}/{VERSION}/{name}.json", **body}
+    schema = {"$schema": DIALECT, "$id": f"{SCHEMA_BASE_ID}/{version}/{name}.json", **body}
     if defs:
         schema["$defs"] = dict(sorted(defs.items()))
     return schema
 
 
-def build_all() -> dict[str, dict[str, Any]]:
-    return {name: build(name) for name in SCHEMA_MODELS}
+def build_all(version: str = VERSION) -> dict[str, dict[str, Any]]:
+    return {name: build(name, version) for name in SCHEMA_MODELS_BY_VERSION[version]}
+
+
+def schema_version_for(version: object) -> str:
+    """The published schema version a document carrying `version` is checked against: the
+    newest one not after it (1.0 for 1.0, 1.1 for 1.1 and any later 1.x)."""
+    if version_tuple(version) is None:
+        return VERSION
+    fitting = [v for v in PUBLISHED_VERSIONS if version_at_least(version, v)]
+    return fitting[-1] if fitting else VERSION
 
 
 def dump(schema: dict[str, Any]) -> str:

@@ -1,19 +1,26 @@
 """Version 1 of the envelope: the models, the error codes and the bounds.
 
 These pydantic models are the single source of the contract. The JSON Schema files in
-`envelopes/schemas/1.0/` are generated from them by `scripts/gen-schemas` and a test
-keeps the two identical.
+`envelopes/schemas/<version>/` are generated from them by `scripts/gen-schemas` and a test
+keeps the two identical. One model per document serves 1.0 and 1.1: 1.1 only adds optional
+members (files, collect and events in a request; a media part's path, the runner-only
+error.output_tail and describe's capabilities in what a worker sends back).
 
 Two directions, two rules:
 - what the runner sends a worker (ToolCallRequest, DescribeRequest) follows must-ignore:
   unknown fields are ignored, so a later 1.x can add optional fields;
 - what a worker sends back (ToolCallResult, DescribeResult) is closed and bounded:
   unknown fields, unbounded strings and unexpected types are refused.
+The same two rules hold for a 1.1 member in a document whose version is 1.0: a request
+model ignores it (as a 1.0 worker would), a result or describe model refuses it.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal, TypeGuard, get_args
 
 from pydantic import (
@@ -21,10 +28,41 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    RootModel,
     SerializerFunctionWrapHandler,
     WithJsonSchema,
     model_serializer,
     model_validator,
+)
+
+# The bounds of 1.1's members, used below (import them from envelopes.bounds).
+from envelopes.bounds import (
+    BASE64_PADDED_PATTERN,
+    BIDI_CONTROLS,
+    CAPABILITY_PATTERN,
+    COLLECT_DEFAULT_MAX_BYTES,
+    COLLECT_DEFAULT_MAX_FILES,
+    COLLECT_MAX_BYTES_CEILING,
+    COLLECT_MAX_FILES_CEILING,
+    COLLECT_MAX_PATTERNS,
+    EVENT_MESSAGE_MAX,
+    EVENT_TEXT_MAX,
+    EVENTS_DEFAULT_MAX_BYTES,
+    EVENTS_DEFAULT_MAX_PER_SECOND,
+    EVENTS_MAX_BYTES_CEILING,
+    EVENTS_MAX_PER_SECOND_CEILING,
+    FILE_MODE_DEFAULT,
+    FILE_MODE_MAX,
+    FILES_MAX_BYTES,
+    FILES_MAX_COUNT,
+    GLOB_PATTERN,
+    MAX_CAPABILITIES,
+    MAX_COMPONENT_BYTES,
+    MAX_PATH_BYTES,
+    OUTPUT_TAIL_MAX,
+    PATH_DOT_COMPONENT_PATTERN,
+    PATH_LONG_COMPONENT_PATTERN,
+    PATH_PATTERN,
 )
 
 # The version, bounds and patterns live in envelopes.bounds (standard library only, for
@@ -43,6 +81,9 @@ from envelopes.bounds import (
 )
 from envelopes.bounds import (
     ID_PATTERN as ID_PATTERN,
+)
+from envelopes.bounds import (
+    LATEST_VERSION as LATEST_VERSION,
 )
 from envelopes.bounds import (
     MAJOR as MAJOR,
@@ -234,6 +275,134 @@ Version = Annotated[str, Field(pattern=VERSION_PATTERN, max_length=9)]
 SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 
 
+# --- versions, and the fields 1.1 adds -----------------------------------------------
+
+V1_1 = "1.1"
+#: Marks, in a generated schema, a property added after 1.0; envelopes.schema drops it
+#: from the schemas of earlier versions and removes the marker from the others.
+SINCE_MARKER = "x-agents-runner-since"
+_VERSION_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")
+
+
+def _since(version: str) -> dict[str, Any]:
+    return {SINCE_MARKER: version}
+
+
+def version_tuple(version: object) -> tuple[int, int] | None:
+    """(major, minor) of a `major.minor` string, or None when it is not one."""
+    if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+        return None
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
+def version_at_least(version: object, minimum: str) -> bool:
+    """Whether `version` is a `major.minor` string at `minimum` or later (`"1.10" > "1.9"`)."""
+    have, want = version_tuple(version), version_tuple(minimum)
+    return have is not None and want is not None and have >= want
+
+
+# --- 1.1 paths: input files, collect patterns, media paths ----------------------------
+
+_BIDI = frozenset(BIDI_CONTROLS)
+_BASE64_ALPHABET = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def _path_problem(path: str, *, glob: bool = False) -> str | None:
+    """Which path rule `path` breaks (docs/envelope-v1.md, section 11.2), or None. The
+    value itself is never echoed: the location of the error says which file it is."""
+    what = "pattern" if glob else "path"
+    if not path:
+        return f"{what} is empty"
+    if len(path) > MAX_PATH_BYTES:  # checked first: never scan a huge string
+        return f"{what} is longer than {MAX_PATH_BYTES} bytes"
+    for char in path:
+        code = ord(char)
+        if code == 0:
+            return f"{what} contains NUL"
+        if char == "\\":
+            return f"{what} contains a backslash"
+        if char in _BIDI:
+            return f"{what} contains the bidi control U+{code:04X}"
+        if code < 0x20 or 0x7F <= code <= 0x9F:
+            return f"{what} contains the control character U+{code:04X}"
+        if 0xD800 <= code <= 0xDFFF:
+            return f"{what} contains a lone surrogate (not UTF-8)"
+        if glob and char in "[]":
+            return f"pattern contains {char!r}: bracket expressions are not supported"
+    size = len(path.encode("utf-8"))
+    if size > MAX_PATH_BYTES:
+        return f"{what} is {size} bytes of UTF-8, over {MAX_PATH_BYTES}"
+    if path.startswith("/"):
+        return f"{what} is absolute (starts with '/')"
+    if path.endswith("/"):
+        return f"{what} ends with '/'"
+    for index, component in enumerate(path.split("/"), 1):
+        if not component:
+            return f"{what} has an empty component ('//')"
+        if component in (".", ".."):
+            return f"{what} has a {component!r} component"
+        size = len(component.encode("utf-8"))
+        if size > MAX_COMPONENT_BYTES:
+            return f"{what} component {index} is {size} bytes of UTF-8, over {MAX_COMPONENT_BYTES}"
+    return None
+
+
+def _checked_path(value: str) -> str:
+    problem = _path_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _checked_glob(value: str) -> str:
+    problem = _path_problem(value, glob=True)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def path_key(path: str) -> str:
+    """What two paths are compared by for duplicates: Unicode case folding, then NFC, so
+    names that collide on a case-insensitive or normalizing file system collide here."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", path).casefold())
+
+
+def _path_schema(pattern: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_PATH_BYTES,
+        "pattern": pattern,
+        "not": {
+            "anyOf": [
+                {"pattern": PATH_DOT_COMPONENT_PATTERN},
+                {"pattern": PATH_LONG_COMPONENT_PATTERN},
+            ]
+        },
+    }
+
+
+#: A relative path under the path rules. The schema bounds characters; the model holds
+#: the path and each component to their bounds in bytes of UTF-8.
+RelativePath = Annotated[
+    str, AfterValidator(_checked_path), WithJsonSchema(_path_schema(PATH_PATTERN))
+]
+GlobPattern = Annotated[
+    str, AfterValidator(_checked_glob), WithJsonSchema(_path_schema(GLOB_PATTERN))
+]
+
+
+def is_padded_base64(text: str) -> bool:
+    """bounds.BASE64_PADDED_PATTERN: standard alphabet, padded to a multiple of 4."""
+    return len(text) % 4 == 0 and _BASE64_ALPHABET.fullmatch(text) is not None
+
+
+def base64_decoded_size(text: str) -> int:
+    """Bytes that padded base64 `text` decodes to, without decoding it."""
+    return len(text) // 4 * 3 - text[-2:].count("=")
+
+
 # --- base classes --------------------------------------------------------------------
 
 
@@ -287,6 +456,98 @@ class CallContext(Inbound):
     idempotency_key: Annotated[str, Field(max_length=256)] | None = None
 
 
+def _input_file_schema_extra(schema: dict[str, Any]) -> None:
+    # The content of a base64 file is strict base64 (the model checks it the same way).
+    schema["if"] = {"properties": {"encoding": {"const": "base64"}}, "required": ["encoding"]}
+    schema["then"] = {"properties": {"content": {"pattern": BASE64_PADDED_PATTERN}}}
+
+
+class InputFile(Inbound):
+    """1.1: one file the worker writes under the call's workspace before the tool runs."""
+
+    model_config = ConfigDict(json_schema_extra=_input_file_schema_extra)
+
+    path: RelativePath
+    # No file can be longer than the request that carries it.
+    content: Annotated[str, Field(max_length=MAX_REQUEST_BYTES)]
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    mode: Annotated[int, Field(ge=0, le=FILE_MODE_MAX)] = Field(
+        default=FILE_MODE_DEFAULT, description="Permission bits, 0 to 0o777 (420 = 0o644)."
+    )
+
+    @model_validator(mode="after")
+    def _content_decodes(self) -> InputFile:
+        # (A lone surrogate in utf-8 content is already refused by pydantic's str check.)
+        if self.encoding == "base64" and not is_padded_base64(self.content):
+            raise ValueError("content: not base64 (standard alphabet, padded)")
+        return self
+
+    @property
+    def size(self) -> int:
+        """Bytes the content decodes to."""
+        if self.encoding == "base64":
+            return base64_decoded_size(self.content)
+        return len(self.content.encode("utf-8"))
+
+    def data(self) -> bytes:
+        """The file's bytes."""
+        if self.encoding == "base64":
+            import base64
+
+            return base64.b64decode(self.content, validate=True)
+        return self.content.encode("utf-8")
+
+
+def _check_input_files(files: list[InputFile]) -> list[InputFile]:
+    """The rules between files: no duplicates, no file inside another, total bytes."""
+    seen: dict[str, int] = {}
+    for index, file in enumerate(files):
+        key = path_key(file.path)
+        if key in seen:
+            how = "equal" if files[seen[key]].path == file.path else "equal ignoring case and NFC"
+            raise ValueError(f"files[{index}].path duplicates files[{seen[key]}].path ({how})")
+        seen[key] = index
+    for index, file in enumerate(files):
+        key = path_key(file.path)
+        for cut in range(len(key)):
+            if key[cut] == "/" and key[:cut] in seen:
+                raise ValueError(
+                    f"files[{index}].path is inside files[{seen[key[:cut]]}].path, which is a file"
+                )
+    total = sum(file.size for file in files)
+    if total > FILES_MAX_BYTES:
+        raise ValueError(f"files: {total} bytes decoded in total, over {FILES_MAX_BYTES}")
+    return files
+
+
+InputFiles = Annotated[
+    list[InputFile], Field(max_length=FILES_MAX_COUNT), AfterValidator(_check_input_files)
+]
+
+
+class Collect(Inbound):
+    """1.1: files the worker gathers from its workspace after the tool ran."""
+
+    patterns: Annotated[list[GlobPattern], Field(min_length=1, max_length=COLLECT_MAX_PATTERNS)]
+    max_files: Annotated[int, Field(ge=1, le=COLLECT_MAX_FILES_CEILING)] = COLLECT_DEFAULT_MAX_FILES
+    max_bytes: Annotated[int, Field(ge=1, le=COLLECT_MAX_BYTES_CEILING)] = COLLECT_DEFAULT_MAX_BYTES
+
+
+class EventBudget(Inbound):
+    """1.1: the runner reads events on stderr; the worker keeps to this budget."""
+
+    max_per_second: Annotated[int, Field(ge=1, le=EVENTS_MAX_PER_SECOND_CEILING)] = (
+        EVENTS_DEFAULT_MAX_PER_SECOND
+    )
+    max_bytes: Annotated[int, Field(ge=1, le=EVENTS_MAX_BYTES_CEILING)] = Field(
+        default=EVENTS_DEFAULT_MAX_BYTES, description="Total bytes of event lines."
+    )
+
+
+#: The request members 1.1 adds; in a request whose version is 1.0 they are ignored.
+REQUEST_FIELDS_1_1: tuple[str, ...] = ("files", "collect", "events")
+
+
 class ToolCallRequest(Inbound):
     kind: Literal["ToolCallRequest"] = "ToolCallRequest"
     version: Version = VERSION
@@ -306,6 +567,35 @@ class ToolCallRequest(Inbound):
         ]
         | None
     ) = Field(default=None, description="Namespaced keys (`vendor/key`); ignored when unknown.")
+    files: InputFiles | None = Field(
+        default=None,
+        description="1.1: files written under the call's workspace before the tool runs.",
+        json_schema_extra=_since(V1_1),
+    )
+    collect: Collect | None = Field(
+        default=None,
+        description="1.1: workspace files returned as media parts after the tool ran.",
+        json_schema_extra=_since(V1_1),
+    )
+    events: EventBudget | None = Field(
+        default=None,
+        description="1.1: present when the runner reads events on stderr.",
+        json_schema_extra=_since(V1_1),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_of_its_version(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        newer = [name for name in REQUEST_FIELDS_1_1 if data.get(name) is not None]
+        if not newer:
+            return data
+        if "version" not in data:  # built in Python with 1.1 fields: a 1.1 request
+            return {**data, "version": V1_1}
+        if not version_at_least(data["version"], V1_1):  # must-ignore, as a 1.0 worker does
+            return {k: v for k, v in data.items() if k not in REQUEST_FIELDS_1_1}
+        return data
 
 
 class DescribeRequest(Inbound):
@@ -331,6 +621,11 @@ class MediaOutput(Outbound):
     mime_type: Annotated[str, Field(pattern=MIME_PATTERN, max_length=193)]
     base64_data: Annotated[str, Field(pattern=BASE64_PATTERN, max_length=MAX_STRING)]
     filename: Annotated[str, Field(pattern=FILENAME_PATTERN, max_length=255)] | None = None
+    path: RelativePath | None = Field(
+        default=None,
+        description="1.1: the file's path relative to the workspace (path rules).",
+        json_schema_extra=_since(V1_1),
+    )
 
 
 class MixedOutput(Outbound):
@@ -346,6 +641,23 @@ class ErrorInfo(Outbound):
     code: ErrorCode
     message: Annotated[str, Field(max_length=MAX_MESSAGE)]
     retryable: bool
+    output_tail: Annotated[str, Field(max_length=OUTPUT_TAIL_MAX)] | None = Field(
+        default=None,
+        description="1.1, runner-only: the end of the text the worker streamed before it"
+        " was ended (WORKER_TIMEOUT, WORKER_OOM, WORKER_CRASHED).",
+        json_schema_extra=_since(V1_1),
+    )
+
+
+def media_parts(
+    output: TextOutput | JsonOutput | MediaOutput | MixedOutput | None, where: str = "output"
+) -> Iterator[tuple[str, MediaOutput]]:
+    """Every media part of `output`, depth first, with its location (`output.parts[3]`)."""
+    if isinstance(output, MediaOutput):
+        yield where, output
+    elif isinstance(output, MixedOutput):
+        for index, part in enumerate(output.parts):
+            yield from media_parts(part, f"{where}.parts[{index}]")
 
 
 def _result_schema_extra(schema: dict[str, Any]) -> None:
@@ -390,13 +702,41 @@ class ToolCallResult(Outbound):
                     raise ValueError(f"status {status!r} must not carry {unwanted!r}")
         return data
 
+    def members_after_1_0(self) -> list[str]:
+        """Where this result uses a member 1.1 added (`output.parts[3].path`)."""
+        found = [f"{where}.path" for where, part in media_parts(self.output)
+                 if "path" in part.model_fields_set]  # fmt: skip
+        if self.error is not None and "output_tail" in self.error.model_fields_set:
+            found.append("error.output_tail")
+        return found
+
+    @model_validator(mode="after")
+    def _members_of_its_version(self) -> ToolCallResult:
+        newer = self.members_after_1_0()
+        if newer and not version_at_least(self.version, V1_1):
+            raise ValueError(
+                f"{newer[0]}: added in 1.1, not a member of a version {self.version} result"
+            )
+        seen: dict[str, str] = {}
+        for where, part in media_parts(self.output):
+            if part.path is not None:
+                key = path_key(part.path)
+                if key in seen:
+                    raise ValueError(f"{where}.path: duplicates {seen[key]}.path")
+                seen[key] = where
+        return self
+
     @classmethod
     def ok(
         cls,
         id: str,
         output: TextOutput | JsonOutput | MediaOutput | MixedOutput,
-        version: str = VERSION,
+        version: str | None = None,
     ) -> ToolCallResult:
+        """An ok result; `version` defaults to 1.0, or 1.1 when media parts carry a path."""
+        if version is None:
+            newer = any(p.path is not None for _, p in media_parts(output))
+            version = V1_1 if newer else VERSION
         return cls(id=id, version=version, status="ok", output=output)
 
     @classmethod
@@ -406,10 +746,37 @@ class ToolCallResult(Outbound):
         code: ErrorCode,
         message: str,
         retryable: bool = False,
-        version: str = VERSION,
+        version: str | None = None,
+        *,
+        output_tail: str | None = None,
     ) -> ToolCallResult:
+        """An error result; `version` defaults to 1.0, or 1.1 with an `output_tail` (of
+        which the last OUTPUT_TAIL_MAX characters are kept)."""
         error = ErrorInfo(code=code, message=message[:MAX_MESSAGE], retryable=retryable)
+        if output_tail is not None:
+            tail = output_tail[-OUTPUT_TAIL_MAX:]
+            error = ErrorInfo(
+                code=code, message=error.message, retryable=retryable, output_tail=tail
+            )
+        if version is None:
+            version = VERSION if output_tail is None else V1_1
         return cls(id=id, version=version, status="error", error=error)
+
+
+#: Result members only the runner may set; a worker that sends one gets MALFORMED_OUTPUT.
+RUNNER_ONLY_MEMBERS: tuple[str, ...] = ("error.output_tail",)
+
+
+def runner_only_problem(result: ToolCallResult) -> str | None:
+    """Why `result`, as a worker sent it, uses what only the runner may produce (a runner
+    code, or `error.output_tail`), or None. The runner refuses such a result."""
+    if result.error is None:
+        return None
+    if result.error.code in RUNNER_ERROR_CODES:
+        return f"error.code: {result.error.code} may only be produced by the runner"
+    if "output_tail" in result.error.model_fields_set:
+        return "error.output_tail: may only be set by the runner"
+    return None
 
 
 # --- describe ------------------------------------------------------------------------
@@ -430,20 +797,101 @@ class ToolDescription(Outbound):
     )
 
 
+def _unique(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("capabilities: each may appear once")
+    return values
+
+
+Capabilities = Annotated[
+    list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]],
+    Field(max_length=MAX_CAPABILITIES, json_schema_extra={"uniqueItems": True}),
+    AfterValidator(_unique),
+]
+
+
 class DescribeResult(Outbound):
     kind: Literal["DescribeResult"] = "DescribeResult"
     version: Version = VERSION
     worker: WorkerInfo
     supported_versions: Annotated[list[Version], Field(min_length=1, max_length=16)]
     tools: Annotated[list[ToolDescription], Field(max_length=MAX_TOOLS)]
+    capabilities: Capabilities | None = Field(
+        default=None,
+        description="1.1: optional features the worker has (`files`, `events`); a runner"
+        " ignores the ones it does not know.",
+        json_schema_extra=_since(V1_1),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _capabilities_mean_1_1(cls, data: Any) -> Any:
+        if (
+            isinstance(data, dict)
+            and "version" not in data
+            and data.get("capabilities") is not None
+        ):
+            return {**data, "version": V1_1}  # built in Python with capabilities
+        return data
+
+    @model_validator(mode="after")
+    def _members_of_its_version(self) -> DescribeResult:
+        if "capabilities" in self.model_fields_set and not version_at_least(self.version, V1_1):
+            raise ValueError(
+                f"capabilities: added in 1.1, not a member of a version {self.version} result"
+            )
+        return self
 
 
-#: Every model with a published schema, by file name stem.
+# --- 1.1 events: one per line on standard error ---------------------------------------
+
+
+class LogEvent(Outbound):
+    type: Literal["log"] = "log"
+    stream: Literal["stdout", "stderr"]
+    text: Annotated[str, Field(max_length=EVENT_TEXT_MAX)]
+
+
+class ProgressEvent(Outbound):
+    type: Literal["progress"] = "progress"
+    fraction: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    message: Annotated[str, Field(max_length=EVENT_MESSAGE_MAX)] | None = None
+
+
+class PartialEvent(Outbound):
+    type: Literal["partial"] = "partial"
+    text: Annotated[str, Field(max_length=EVENT_TEXT_MAX)]
+
+
+class DroppedEvent(Outbound):
+    type: Literal["dropped"] = "dropped"
+    count: Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+
+
+class StreamEvent(
+    RootModel[
+        Annotated[
+            LogEvent | ProgressEvent | PartialEvent | DroppedEvent, Field(discriminator="type")
+        ]
+    ]
+):
+    """1.1: one event object, as a worker writes it between RS and LF on stderr."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
+
+
+#: Every model with a published 1.0 schema, by file name stem.
 SCHEMA_MODELS: dict[str, type[_Envelope]] = {
     "tool-call-request": ToolCallRequest,
     "tool-call-result": ToolCallResult,
     "describe-request": DescribeRequest,
     "describe-result": DescribeResult,
+}
+#: The published schemas of each version: the same models (1.1 only adds members), plus
+#: the event objects of 1.1.
+SCHEMA_MODELS_BY_VERSION: dict[str, dict[str, type[BaseModel]]] = {
+    VERSION: dict(SCHEMA_MODELS),
+    V1_1: {**SCHEMA_MODELS, "event": StreamEvent},
 }
 
 

@@ -20,6 +20,16 @@ keeps stdout pure by pointing fd 1 at stderr while your tool runs (so even a chi
 process's prints become logs), refuses a result larger than `limits.max_result_bytes`
 (LIMIT_EXCEEDED), and exits 0 for `ok` and 1 for `error`.
 
+Envelope 1.1 (a DescribeRequest of version 1.1 gets `capabilities: ["files", "events"]`;
+a 1.0 one gets the 1.0 answer): every tool call runs in its own workspace, a fresh
+directory under $TMPDIR (or /tmp) that is the handler's working directory and
+`request.workspace`, removed afterwards. A 1.1 request's `files` are written there before
+the handler runs (envelopes.files: never through a symlink, never outside); its
+`collect` patterns are gathered afterwards and appended to the output as media parts
+with a `path` (the output becomes `mixed`); with `events`, `request.emit.log(text)`,
+`.progress(fraction, message=None)` and `.partial(text)` write RS-framed events on
+stderr within the request's budget (envelopes.events); without, they do nothing.
+
 Fast start: a worker is one process per call, so its start is paid on every call. The
 usual path (a well-formed request, arguments that fit the schema, a str or plain JSON
 result) imports nothing but the standard library's core: the request is checked by
@@ -37,8 +47,14 @@ from __future__ import annotations
 import os
 import sys
 
-from envelopes import bounds, wire
-from envelopes.worker_request import RequestView, check_call, is_version, json_bounded
+from envelopes import bounds, events, files, wire
+from envelopes.worker_request import (
+    RequestView,
+    at_least_1_1,
+    check_call,
+    is_version,
+    json_bounded,
+)
 from envelopes.worker_request import is_tool_name as _is_tool_name
 from envelopes.worker_request import is_worker_version as _is_worker_version
 from envelopes.worker_schema import compile_schema
@@ -63,7 +79,7 @@ if TYPE_CHECKING:
     )
 
     Output: TypeAlias = TextOutput | JsonOutput | MediaOutput | MixedOutput
-    Handler: TypeAlias = Callable[[dict[str, Any], ToolCallRequest], Any]
+    Handler: TypeAlias = Callable[[dict[str, Any], RequestView], Any]
 
 #: Echoed when a request is too broken to carry a usable id.
 UNKNOWN_ID = "unknown"
@@ -72,6 +88,12 @@ UNKNOWN_ID = "unknown"
 _FAST_DEPTH = wire.MAX_DEPTH - 4
 _EFFECTS = ("none", "contained", "external")
 _WORKER_CODES = frozenset(bounds.WORKER_ERROR_CODE_NAMES)
+#: What the SDK does for every tool (1.1): input files and `collect`, events on stderr.
+CAPABILITIES: tuple[str, ...] = (bounds.CAPABILITY_FILES, bounds.CAPABILITY_EVENTS)
+_CAPABILITY_START = frozenset("abcdefghijklmnopqrstuvwxyz")
+_CAPABILITY_REST = _CAPABILITY_START | frozenset("0123456789_-")
+_FILENAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_FILENAME_REST = _FILENAME_START | frozenset(". -")
 
 
 class ToolError(Exception):
@@ -136,15 +158,19 @@ class Worker:
         name: str,
         version: str,
         supported_versions: tuple[str, ...] = bounds.SUPPORTED_VERSIONS,
+        capabilities: tuple[str, ...] = CAPABILITIES,
     ) -> None:
+        """`capabilities` are declared in a 1.1 DescribeResult (the SDK itself provides
+        `files` and `events` for every tool; pass () to declare none)."""
         if not (_is_tool_name(name) and _is_worker_version(version)):
             from envelopes.v1 import WorkerInfo
 
             WorkerInfo(name=name, version=version)  # raises the model's ValidationError
         self._info = {"name": name, "version": version}
         self.supported_versions = supported_versions
+        self.capabilities = capabilities
         self._tools: dict[str, _Tool] = {}
-        self._described: bytes | None = None
+        self._described: dict[str, bytes] = {}
 
     @property
     def info(self) -> WorkerInfo:
@@ -185,18 +211,25 @@ class Worker:
 
         def register(handler: Handler) -> Handler:
             self._tools[name] = _Tool(described, check, handler)
-            self._described = None
+            self._described.clear()
             return handler
 
         return register
 
-    def describe(self) -> DescribeResult:
+    def describe(self, version: str = bounds.VERSION) -> DescribeResult:
+        """The DescribeResult for a describe request of `version` (1.1 and later list
+        the capabilities; a 1.0 one does not)."""
         from envelopes.v1 import DescribeResult, ToolDescription
 
+        extra: dict[str, Any] = {}
+        if self.capabilities and at_least_1_1(version):
+            extra["capabilities"] = list(self.capabilities)
         return DescribeResult(
+            version=version,
             worker=self.info,
             supported_versions=list(self.supported_versions),
             tools=[ToolDescription.model_validate(t.description) for t in self._tools.values()],
+            **extra,
         )
 
     def handle(self, data: bytes) -> ToolCallResult | DescribeResult:
@@ -224,15 +257,15 @@ class Worker:
                 refusal = ToolCallResult.fail(exc.request_id or UNKNOWN_ID, exc.code, exc.message)
                 return _Answer(codec.encode(refusal), True, refusal)
             if isinstance(decoded, DescribeRequest):
-                return self._describe_answer()
-            return self._call(decoded)
-        if isinstance(request, str):  # "describe"
-            return self._describe_answer()
+                return self._describe_answer(decoded.version)
+            return self._call(RequestView.of_model(decoded))
+        if isinstance(request, str):  # a describe request, of this version
+            return self._describe_answer(request)
         return self._call(request)
 
-    def _fast_request(self, data: bytes) -> ToolCallRequest | str | None:
-        """The request when the fast checks vouch for it ("describe" for a describe), else
-        None: the models then decide and word any refusal."""
+    def _fast_request(self, data: bytes) -> RequestView | str | None:
+        """The request when the fast checks vouch for it (its version for a describe),
+        else None: the models then decide and word any refusal."""
         try:
             doc = wire.loads(data, max_bytes=bounds.MAX_REQUEST_BYTES)
         except wire.WireError:
@@ -244,36 +277,39 @@ class Worker:
             return None
         kind = doc.get("kind")
         if kind == "DescribeRequest":
-            return "describe"
+            return version
         if kind != "ToolCallRequest":
             return None
-        view: ToolCallRequest | None = check_call(doc)  # type: ignore[assignment]
-        return view
+        return check_call(doc)
 
-    def _describe_answer(self) -> _Answer:
-        if self._described is None:
+    def _describe_answer(self, version: str) -> _Answer:
+        described = self._described.get(version)
+        if described is None:
             versions = list(self.supported_versions)
+            capabilities = list(self.capabilities) if at_least_1_1(version) else []
             if not (
                 1 <= len(versions) <= 16
                 and all(type(v) is str and is_version(v) for v in versions)
                 and len(self._tools) <= bounds.MAX_TOOLS
+                and _capabilities_ok(capabilities)
             ):
                 from envelopes import codec
 
-                model = self.describe()  # raises the model's error, as it always did
+                model = self.describe(version)  # raises the model's error, as it always did
                 return _Answer(codec.encode(model), False, model)
-            self._described = wire.dumps(
-                {
-                    "kind": "DescribeResult",
-                    "version": bounds.VERSION,
-                    "worker": self._info,
-                    "supported_versions": versions,
-                    "tools": [tool.description for tool in self._tools.values()],
-                }
-            )
-        return _Answer(self._described, False)
+            doc = {
+                "kind": "DescribeResult",
+                "version": version,
+                "worker": self._info,
+                "supported_versions": versions,
+                "tools": [tool.description for tool in self._tools.values()],
+            }
+            if capabilities:
+                doc["capabilities"] = capabilities
+            described = self._described[version] = wire.dumps(doc)
+        return _Answer(described, False)
 
-    def _call(self, request: ToolCallRequest) -> _Answer:
+    def _call(self, request: RequestView) -> _Answer:
         def fail(code: str, message: str, retryable: bool = False) -> _Answer:
             sent = "INTERNAL"
             if code in _WORKER_CODES:  # else ErrorInfo raises or the runner refuses
@@ -290,6 +326,9 @@ class Worker:
             envelope = _envelope(request, "error", "error", error)
             return _Answer(wire.dumps(envelope), True)
 
+        inputs = _input_files(request)
+        if isinstance(inputs, str):
+            return fail("INVALID_REQUEST", inputs)
         tool = self._tools.get(request.tool.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
@@ -298,15 +337,23 @@ class Worker:
         if problem is not None:
             return fail("INVALID_ARGUMENTS", problem)
         model: ToolCallResult | None = None
+        space = _Workspace(request)
         try:
+            problem = space.open(inputs)
+            if problem is not None:
+                return fail("INTERNAL", problem)
             value = tool.handler(dict(request.arguments), request)
+            collected = None if request.collect is None else _collected(request, space.path)
             try:
-                payload = wire.dumps(_envelope(request, "ok", "output", _fast_output(value)))
+                output = _fast_output(value)
+                if collected is not None:
+                    output = _mixed([output], collected)
+                payload = wire.dumps(_envelope(request, "ok", "output", output))
             except (_Slow, wire.WireError):
                 from envelopes import codec
                 from envelopes.v1 import ToolCallResult
 
-                model = ToolCallResult.ok(request.id, _as_output(value), request.version)
+                model = ToolCallResult.ok(request.id, _as_output(value, collected), request.version)
                 payload = codec.encode(model)  # may fail too (e.g. RecursionError)
         except ToolError as exc:
             return fail(exc.code, exc.message, exc.retryable)
@@ -315,6 +362,8 @@ class Worker:
 
             traceback.print_exc(file=sys.stderr)
             return fail("INTERNAL", f"{type(exc).__name__}: {exc}")
+        finally:
+            space.close()
         if len(payload) > request.limits.max_result_bytes:
             return fail(
                 "LIMIT_EXCEEDED",
@@ -342,7 +391,147 @@ class Worker:
         os._exit(1 if answer.failed else 0)
 
 
-def _envelope(request: ToolCallRequest, status: str, key: str, body: Any) -> dict[str, Any]:
+class _Workspace:
+    """The call's own directory (1.1): made under $TMPDIR (or /tmp) before the tool
+    runs, with the input files in it, the tool's working directory while it runs, and
+    removed afterwards; also the request's event emitter."""
+
+    def __init__(self, request: RequestView) -> None:
+        self.request = request
+        self.path: str | None = None
+        self._previous: str | None = None
+
+    def open(self, inputs: list[tuple[str, bytes, int]]) -> str | None:
+        """Make the workspace and write `inputs` there; a problem message on failure."""
+        request = self.request
+        try:
+            self.path = files.make_workspace()
+        except OSError as exc:
+            if inputs or request.collect is not None:
+                return f"cannot create the call's workspace: {exc}"
+            # A 1.0-style call can still run where the worker was started.
+            sys.stderr.write(f"worker: no workspace ({exc}); the tool runs in the cwd\n")
+        try:
+            self._previous = os.getcwd()
+        except OSError:  # the directory the worker started in is gone
+            self._previous = None
+        if self.path is not None:
+            try:
+                files.write_files(self.path, inputs)
+            except (files.FilesError, OSError) as exc:
+                return f"cannot write the input files: {exc}"
+            os.chdir(self.path)
+        request.workspace = self.path if self.path is not None else self._previous
+        budget = request.events
+        if budget is not None:
+            request.emit = events.Emitter(budget.max_per_second, budget.max_bytes)
+        return None
+
+    def close(self) -> None:
+        request = self.request
+        request.emit.close()
+        request.emit = events.NULL
+        if self.path is None:
+            return
+        try:
+            os.chdir(self._previous or "/")
+        except OSError:
+            os.chdir("/")
+        try:
+            files.remove_tree(self.path)
+        except OSError as exc:
+            sys.stderr.write(f"worker: cannot remove the workspace {self.path}: {exc}\n")
+
+
+def _input_files(request: RequestView) -> list[tuple[str, bytes, int]] | str:
+    """The request's input files, decoded, or why the 1.1 members are refused. The
+    fast checks and the models have vouched for their shape already; these are the
+    path rules between files, which the models may word differently or not check."""
+    raw = request.raw("files")
+    decoded = [] if raw is None else files.check_files(raw)
+    if isinstance(decoded, str):
+        return decoded
+    collect = request.raw("collect")
+    if collect is not None:
+        for index, pattern in enumerate(collect.get("patterns", ())):
+            problem = files.glob_problem(pattern)
+            if problem is not None:
+                return f"collect.patterns[{index}]: {problem}"
+    return decoded
+
+
+def _collected(request: RequestView, workspace: str | None) -> list[dict[str, Any]]:
+    """The `collect` of the request as output parts: one media part per file, then one
+    text part naming what was skipped. Raises ToolError LIMIT_EXCEEDED over the caps."""
+    import binascii
+
+    collect = request.collect
+    assert collect is not None and workspace is not None  # open() made one for collect
+    try:
+        found, skipped = files.collect(
+            workspace, list(collect.patterns), collect.max_files, collect.max_bytes
+        )
+    except files.CollectLimitExceeded as exc:
+        raise ToolError("LIMIT_EXCEEDED", str(exc)) from None
+    except (files.FilesError, OSError) as exc:
+        raise ToolError("TOOL_FAILED", f"cannot collect files from the workspace: {exc}") from None
+    encoded = sum((len(data) + 2) // 3 * 4 for _, data, _ in found)
+    if encoded > request.limits.max_result_bytes:
+        raise ToolError(
+            "LIMIT_EXCEEDED",
+            f"collected files take {encoded} bytes in base64, over max_result_bytes="
+            f"{request.limits.max_result_bytes}",
+        )
+    parts: list[dict[str, Any]] = []
+    for path, data, _ in found:
+        part = {
+            "type": "media",
+            "mime_type": files.guess_mime(path),
+            "base64_data": binascii.b2a_base64(data, newline=False).decode("ascii"),
+        }
+        name = path.rpartition("/")[2]
+        if len(name) <= 255 and name[0] in _FILENAME_START and _FILENAME_REST.issuperset(name):
+            part["filename"] = name
+        part["path"] = path
+        parts.append(part)
+    if skipped:
+        lines = "\n".join(f"skipped: {path}: {why}" for path, why in skipped)
+        parts.append({"type": "text", "content": lines})
+    return parts
+
+
+def _mixed(own: list[dict[str, Any]], collected: list[dict[str, Any]]) -> dict[str, Any]:
+    _check_parts(len(own) + len(collected))
+    return {"type": "mixed", "parts": [*own, *collected]}
+
+
+def _check_parts(count: int) -> None:
+    if count > bounds.MAX_PARTS:
+        raise ToolError(
+            "LIMIT_EXCEEDED",
+            f"the output would have {count} parts with the collected files,"
+            f" over {bounds.MAX_PARTS}",
+        )
+
+
+def _capabilities_ok(capabilities: list[str]) -> bool:
+    """Capabilities DescribeResult takes (bounds.CAPABILITY_PATTERN, unique, at most 16)."""
+    return (
+        len(capabilities) <= bounds.MAX_CAPABILITIES
+        and len(set(capabilities)) == len(capabilities)
+        and all(
+            type(c) is str
+            and 0 < len(c) <= 32
+            and c[0] in _CAPABILITY_START
+            and _CAPABILITY_REST.issuperset(c)
+            for c in capabilities
+        )
+    )
+
+
+def _envelope(
+    request: RequestView | ToolCallRequest, status: str, key: str, body: Any
+) -> dict[str, Any]:
     """A ToolCallResult as its model dumps it (same keys, same order)."""
     return {
         "kind": "ToolCallResult",
@@ -353,7 +542,7 @@ def _envelope(request: ToolCallRequest, status: str, key: str, body: Any) -> dic
     }
 
 
-def ok_envelope(request: ToolCallRequest, content: Any) -> dict[str, Any]:
+def ok_envelope(request: RequestView | ToolCallRequest, content: Any) -> dict[str, Any]:
     """The wire document of an `ok` result with JSON `content` (for sizing a result)."""
     return _envelope(request, "ok", "output", {"type": "json", "content": content})
 
@@ -368,7 +557,7 @@ def _fast_output(value: Any) -> dict[str, Any]:
     return {"type": "json", "content": value}
 
 
-def _slow_failure(request: ToolCallRequest, code: Any, message: str, retryable: Any) -> _Answer:
+def _slow_failure(request: RequestView, code: Any, message: str, retryable: Any) -> _Answer:
     from envelopes import codec
     from envelopes.v1 import ToolCallResult
 
@@ -376,14 +565,23 @@ def _slow_failure(request: ToolCallRequest, code: Any, message: str, retryable: 
     return _Answer(codec.encode(model), True, model)
 
 
-def _as_output(value: Any) -> Output:
+def _as_output(value: Any, collected: list[dict[str, Any]] | None = None) -> Output:
     from envelopes.v1 import JsonOutput, MediaOutput, MixedOutput, TextOutput
 
+    output: Output
     if isinstance(value, TextOutput | JsonOutput | MediaOutput | MixedOutput):
-        return value
-    if isinstance(value, str):
-        return TextOutput(content=value)
-    return JsonOutput(content=value)
+        output = value
+    elif isinstance(value, str):
+        output = TextOutput(content=value)
+    else:
+        output = JsonOutput(content=value)
+    if collected is None:
+        return output
+    own: list[Output] = list(output.parts) if isinstance(output, MixedOutput) else [output]
+    _check_parts(len(own) + len(collected))
+    parts = [MediaOutput.model_validate(p) if p["type"] == "media" else
+             TextOutput.model_validate(p) for p in collected]  # fmt: skip
+    return MixedOutput(parts=[*own, *parts])
 
 
 def _argument_problem(problem: jsonschema.ValidationError) -> str:

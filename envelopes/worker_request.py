@@ -14,6 +14,7 @@ from __future__ import annotations
 from math import isfinite
 
 from envelopes import bounds
+from envelopes.events import NULL, Emitter, NullEmitter
 from envelopes.wire import MAX_SAFE_INTEGER
 
 TYPE_CHECKING = False
@@ -162,23 +163,71 @@ class ContextView(_Fields):
     _FIELDS = ("session_id", "call_id", "attempt", "idempotency_key")
 
 
+class FileView(_Fields):
+    __slots__ = ()
+    _FIELDS = ("path", "content", "encoding", "mode")
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        if value is None and name in _FILE_DEFAULTS:
+            return _FILE_DEFAULTS[name]
+        return value
+
+
+class CollectView(_Fields):
+    __slots__ = ()
+    _FIELDS = ("patterns", "max_files", "max_bytes")
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        return _COLLECT_DEFAULTS.get(name) if value is None else value
+
+
+class EventsView(_Fields):
+    __slots__ = ()
+    _FIELDS = ("max_per_second", "max_bytes")
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        return _EVENTS_DEFAULTS.get(name) if value is None else value
+
+
+_FILE_DEFAULTS = {"encoding": "utf-8", "mode": bounds.FILE_MODE_DEFAULT}
+_COLLECT_DEFAULTS = {
+    "max_files": bounds.COLLECT_DEFAULT_MAX_FILES,
+    "max_bytes": bounds.COLLECT_DEFAULT_MAX_BYTES,
+}
+_EVENTS_DEFAULTS = {
+    "max_per_second": bounds.EVENTS_DEFAULT_MAX_PER_SECOND,
+    "max_bytes": bounds.EVENTS_DEFAULT_MAX_BYTES,
+}
+
+
 class RequestView:
     """A checked ToolCallRequest: its fields as attributes (`id`, `version`, `tool.name`,
-    `arguments`, `deadline_ms`, `limits.max_result_bytes`, `context`, `extensions`);
-    any other attribute comes from the pydantic model, built on first use."""
+    `arguments`, `deadline_ms`, `limits.max_result_bytes`, `context`, `extensions`, and
+    in 1.1 `files`, `collect`, `events`); any other attribute comes from the pydantic
+    model, built on first use. The worker SDK adds `workspace` (the call's directory,
+    the handler's working directory) and `emit` (events: `emit.log(text)`,
+    `emit.progress(fraction, message)`, `emit.partial(text)`; no-ops without `events`)."""
 
     __slots__ = (
         "_doc",
         "_model",
         "arguments",
+        "collect",
         "context",
         "deadline_ms",
+        "emit",
+        "events",
         "extensions",
+        "files",
         "id",
         "kind",
         "limits",
         "tool",
         "version",
+        "workspace",
     )
 
     def __init__(self, doc: dict[str, Any]) -> None:
@@ -194,6 +243,25 @@ class RequestView:
         context = doc.get("context")
         self.context = None if context is None else ContextView(context)
         self.extensions: dict[str, Any] | None = doc.get("extensions")
+        # 1.1 members; a 1.0 request's are ignored (must-ignore), as the model does.
+        newer = at_least_1_1(self.version)
+        files, collect, events = (doc.get(n) if newer else None for n in _NEWER)
+        self.files = None if files is None else tuple(FileView(f) for f in files)
+        self.collect = None if collect is None else CollectView(collect)
+        self.events = None if events is None else EventsView(events)
+        self.workspace: str | None = None
+        self.emit: Emitter | NullEmitter = NULL
+
+    @classmethod
+    def of_model(cls, model: ToolCallRequest) -> RequestView:
+        """A view over a request the model validated (the slow path)."""
+        view = cls(model.to_wire())
+        view._model = model
+        return view
+
+    def raw(self, name: str) -> Any:
+        """A 1.1 member as sent (None when absent, or in a 1.0 request)."""
+        return self._doc.get(name) if at_least_1_1(self.version) else None
 
     def model(self) -> ToolCallRequest:
         """The pydantic ToolCallRequest for this request."""
@@ -210,6 +278,70 @@ class RequestView:
 
     def __repr__(self) -> str:
         return f"RequestView(id={self.id!r}, tool={self.tool.name!r})"
+
+
+_NEWER = ("files", "collect", "events")
+
+
+def at_least_1_1(version: str) -> bool:
+    """Whether `version` (a checked `major.minor`) is 1.1 or later."""
+    major, _, minor = version.partition(".")
+    return (int(major), int(minor)) >= (1, 1)
+
+
+def _collect_ok(collect: object) -> bool:
+    from envelopes.files import glob_problem
+
+    if collect is None:
+        return True
+    if type(collect) is not dict:
+        return False
+    patterns = collect.get("patterns")
+    max_files = collect.get("max_files", bounds.COLLECT_DEFAULT_MAX_FILES)
+    max_bytes = collect.get("max_bytes", bounds.COLLECT_DEFAULT_MAX_BYTES)
+    return (
+        type(patterns) is list
+        and 1 <= len(patterns) <= bounds.COLLECT_MAX_PATTERNS
+        and all(glob_problem(pattern) is None for pattern in patterns)
+        and type(max_files) is int
+        and 1 <= max_files <= bounds.COLLECT_MAX_FILES_CEILING
+        and type(max_bytes) is int
+        and 1 <= max_bytes <= bounds.COLLECT_MAX_BYTES_CEILING
+    )
+
+
+def _events_ok(events: object) -> bool:
+    if events is None:
+        return True
+    if type(events) is not dict:
+        return False
+    rate = events.get("max_per_second", bounds.EVENTS_DEFAULT_MAX_PER_SECOND)
+    size = events.get("max_bytes", bounds.EVENTS_DEFAULT_MAX_BYTES)
+    return (
+        type(rate) is int
+        and 1 <= rate <= bounds.EVENTS_MAX_PER_SECOND_CEILING
+        and type(size) is int
+        and 1 <= size <= bounds.EVENTS_MAX_BYTES_CEILING
+    )
+
+
+def _files_ok(files: object) -> bool:
+    if files is None:
+        return True
+    from envelopes.files import check_files
+
+    return not isinstance(check_files(files), str)
+
+
+def _newer_ok(doc: dict[str, Any]) -> bool:
+    """The 1.1 members of a 1.1 request; a 1.0 request's are ignored, as by the model."""
+    if not at_least_1_1(doc["version"]):
+        return True
+    return (
+        _events_ok(doc.get("events"))
+        and _collect_ok(doc.get("collect"))
+        and _files_ok(doc.get("files"))
+    )
 
 
 def _optional_text(doc: dict[str, Any], name: str, longest: int) -> bool:
@@ -259,6 +391,7 @@ def check_call(doc: dict[str, Any]) -> RequestView | None:
         and 1 <= limits["max_result_bytes"] <= bounds.MAX_RESULT_BYTES_CEILING
         and _context_ok(doc.get("context"))
         and _extensions_ok(doc.get("extensions"))
+        and _newer_ok(doc)
     ):
         return None
     return RequestView(doc)

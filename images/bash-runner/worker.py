@@ -13,6 +13,12 @@ left-over processes are handled. A script longer than a command line can carry (
 top-level `return` ends the script. A non-zero exit code is still an `ok` result: the
 exit code is part of the answer. Only the deadline turns into an error (DEADLINE_EXCEEDED).
 
+Envelope 1.1 (the SDK declares `files` and `events`): the script's working directory is
+the call's workspace, a fresh directory under $TMPDIR or /tmp (in the image, /tmp is the
+only writable place) holding the request's input files, from which `collect` gathers
+after the script ran; with `events`, each line the script writes on stdout or stderr is
+streamed as a `log` event while it runs (the result still has the whole output).
+
 Startup matters (one process per call): nothing beyond envelopes.worker and run_child is
 imported, and both keep to what a bare interpreter has loaded.
 """
@@ -45,8 +51,9 @@ worker = Worker("bash-runner", "0.1.0")
     "bash",
     description=(
         "Run a bash script in a throwaway sandbox and return its exit code, stdout and"
-        " stderr. Nothing persists between calls; /tmp is writable; the network is off"
-        " unless the operator turned it on. Output past the result size limit is cut"
+        " stderr. The script starts in a fresh, writable working directory holding the"
+        " call's input files. Nothing persists between calls; the network is off unless"
+        " the operator turned it on. Output past the result size limit is cut"
         " (truncated: true), and stdout_bytes/stderr_bytes give the full sizes."
     ),
     effects="contained",

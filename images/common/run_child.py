@@ -10,7 +10,10 @@ Shared by the bash-runner and python-runner workers (each image copies this file
 - at `deadline` the whole group is SIGKILLed;
 - when the child exits, whatever it left in its group (`sleep 1000 &`, a grandchild holding
   a pipe) is SIGKILLed, and the pipes get a short drain before they are abandoned, so a
-  process that escaped the group with the pipes open cannot hang the call.
+  process that escaped the group with the pipes open cannot hang the call;
+- with `streams` (an envelopes.events.LineStreams), every line the child writes is also
+  handed over as it arrives, so that the worker streams it as a `log` event (1.1) while
+  the child still runs: a call killed at its deadline has already shown what it printed.
 
 `run_for_request()` applies that to an envelope request: deadline from `deadline_ms`, caps
 from `limits.max_result_bytes`, and content that always fits in the result envelope; code
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
+    from envelopes.events import LineStreams
     from envelopes.v1 import ToolCallRequest
 
 #: After the child exits, how long its pipes may still deliver data.
@@ -155,6 +159,7 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     code: bytes | None = None,
+    streams: LineStreams | None = None,
 ) -> ChildOutcome:
     """Run `argv` until it exits or `deadline` (a time.monotonic() value) passes.
 
@@ -200,6 +205,7 @@ def run(
     stdout_capture = _Capture(max_stream_bytes)
     stderr_capture = _Capture(max_stream_bytes)
     captures = {out_read: stdout_capture, err_read: stderr_capture}
+    stream_names = {out_read: "stdout", err_read: "stderr"}
     pending = memoryview(stdin or b"")
     sent = 0
     poller = select.poll()
@@ -257,6 +263,10 @@ def run(
                 timeout = _POLL_SECONDS
             else:
                 timeout = max(0.0, deadline - now)
+            if streams is not None:
+                held = streams.due()  # a partial line waiting to be sent
+                if held is not None:
+                    timeout = min(timeout, held)
             # Whole milliseconds, rounded up, at most a minute: the loop comes back anyway.
             for fd, _ in poller.poll(int(min(max(timeout, 0.0), 60.0) * 1000) + 1):
                 if fd == exit_fd:
@@ -277,9 +287,15 @@ def run(
                     continue
                 if data:
                     captures[fd].add(data)
+                    if streams is not None:
+                        streams.feed(stream_names[fd], data)
                 else:
                     close(fd)
+            if streams is not None:
+                streams.tick()
     finally:
+        if streams is not None:
+            streams.finish()
         if exited_at is None:
             _kill_group(pid)
         for fd in list(watched):
@@ -389,12 +405,19 @@ def run_for_request(
         else:
             command = list(code_on_fd_argv)
     shield_from_child()
+    emit = getattr(request, "emit", None)  # envelopes.worker's RequestView has one (1.1)
+    streams = None
+    if emit is not None and emit.enabled:
+        from envelopes.events import LineStreams
+
+        streams = LineStreams(emit)
     outcome = run(
         command,
         stdin=stdin.encode("utf-8") if stdin else None,
         deadline=time.monotonic() + remaining,
         max_stream_bytes=budget,
         code=code_bytes,
+        streams=streams,
     )
     if outcome.timed_out:
         tail = _decode(outcome.stderr, final=True)[-min(500, budget // 8) :]

@@ -7,6 +7,10 @@ keep the ENTRYPOINT. This default is a small example with one tool, `python`, wh
 `{"code": ...}` as `python -I -c CODE` (the worker's own interpreter) in a child process
 and answers like bash-runner: exit code, stdout, stderr, byte counts, truncated.
 
+Envelope 1.1 as in bash-runner: the program runs in the call's workspace (input files,
+`collect`), and its stdout and stderr lines are streamed as `log` events when the request
+asks for events. A worker of your own gets the workspace and `request.emit` from the SDK.
+
 From a source checkout:
 
     PYTHONPATH=. python3 images/python-runner/worker.py < request.json
@@ -40,9 +44,10 @@ worker = Worker("python-runner", "0.1.0")
     "python",
     description=(
         "Run Python 3 code in a throwaway sandbox (`python -I -c CODE`) and return its"
-        " exit code, stdout and stderr. Print what you want to see. Nothing persists"
-        " between calls; /tmp is writable; the network is off unless the operator turned"
-        " it on. Output past the result size limit is cut (truncated: true)."
+        " exit code, stdout and stderr. Print what you want to see. The code starts in a"
+        " fresh, writable working directory holding the call's input files. Nothing"
+        " persists between calls; the network is off unless the operator turned it on."
+        " Output past the result size limit is cut (truncated: true)."
     ),
     effects="contained",
     input_schema={

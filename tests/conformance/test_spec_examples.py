@@ -1,5 +1,7 @@
 """Every JSON example in the envelope spec and the threat model is valid against the
-committed schema named by its `kind`, and the spec names every check worker-check runs."""
+committed schema named by its `kind`, in the schema version its `version` picks (an event
+object of section 11.5, which has no kind, against the 1.1 event schema), and the spec
+names every check worker-check runs."""
 
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ import re
 import jsonschema
 import pytest
 
-from envelopes import schema
+from envelopes import bounds, schema
+from envelopes.v1 import (
+    DescribeResult,
+    StreamEvent,
+    ToolCallRequest,
+    ToolCallResult,
+    media_parts,
+)
 from tests.conftest import REPO
 
 DOCS = [REPO / "docs" / "envelope-v1.md", REPO / "docs" / "threat-model.md"]
@@ -30,21 +39,67 @@ def examples() -> list[tuple[str, str]]:
     return found
 
 
+def schema_of(document: dict) -> tuple[str, str]:
+    """(schema name, schema version) for an example."""
+    if "kind" not in document and document.get("type") in bounds.EVENT_TYPES:
+        return "event", "1.1"
+    return SCHEMA_OF_KIND[document["kind"]], schema.schema_version_for(document.get("version"))
+
+
 def test_the_spec_has_an_example_of_every_kind() -> None:
     kinds = {json.loads(text).get("kind") for _, text in examples()}
     assert kinds >= set(SCHEMA_OF_KIND)
+    versions = {(json.loads(text).get("kind"), json.loads(text).get("version"))
+                for _, text in examples()}  # fmt: skip
+    assert {(kind, "1.1") for kind in SCHEMA_OF_KIND} - versions <= {("DescribeRequest", "1.1")}
 
 
 @pytest.mark.parametrize(("where", "text"), examples(), ids=[w for w, _ in examples()])
 def test_each_example_is_valid_against_its_schema(where: str, text: str) -> None:
     document = json.loads(text)
-    assert document.get("kind") in SCHEMA_OF_KIND, f"{where}: every json block is an envelope"
-    validator = jsonschema.Draft202012Validator(schema.load(SCHEMA_OF_KIND[document["kind"]]))
+    is_event = "kind" not in document and document.get("type") in bounds.EVENT_TYPES
+    assert is_event or document.get("kind") in SCHEMA_OF_KIND, (
+        f"{where}: every json block is an envelope or an event"
+    )
+    name, version = schema_of(document)
+    validator = jsonschema.Draft202012Validator(schema.load(name, version))
     errors = [
         f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
         for e in validator.iter_errors(document)
     ]
-    assert errors == [], f"{where}: {errors}"
+    assert errors == [], f"{where} ({name} {version}): {errors}"
+
+
+_MODEL_OF = {
+    "tool-call-request": ToolCallRequest,
+    "tool-call-result": ToolCallResult,
+    "describe-result": DescribeResult,
+    "event": StreamEvent,
+}
+
+
+def members_1_1(document: dict) -> set[str]:
+    """The 1.1 members an example shows (the models accept it, or this raises)."""
+    name, _ = schema_of(document)
+    model = _MODEL_OF[name].model_validate(document)  # the rules a schema cannot state, too
+    if isinstance(model, StreamEvent):
+        return {f"event:{model.root.type}"}
+    shown = {key for key in ("files", "collect", "events", "capabilities") if key in document}
+    if isinstance(model, ToolCallResult):
+        shown |= {"path" for _, part in media_parts(model.output) if part.path is not None}
+        shown |= {"output_tail" for error in [model.error] if error and error.output_tail}
+    return shown
+
+
+def test_the_1_1_examples_show_every_1_1_member_and_the_models_accept_them() -> None:
+    shown: set[str] = set()
+    for _, text in examples():
+        document = json.loads(text)
+        if schema_of(document)[1] == "1.1" and document.get("kind") != "DescribeRequest":
+            shown |= members_1_1(document)
+    events = {f"event:{kind}" for kind in bounds.EVENT_TYPES}
+    expected = {"files", "collect", "events", "capabilities", "path", "output_tail", *events}
+    assert expected - shown == set()
 
 
 def test_every_test_the_threat_model_cites_exists() -> None:

@@ -155,7 +155,7 @@ def test_anything_else_is_malformed_output(request_, data, reason) -> None:
 
 def section_10_blocks(language: str) -> list[dict]:
     text = (REPO / "docs" / "envelope-v1.md").read_text(encoding="utf-8")
-    section = text.split("## 10. Compatibility mode")[1]
+    section = text.split("## 10. Compatibility mode")[1].split("\n## 11. ")[0]
     pattern = rf"^```{language}\n(.*?)^```"
     return [json.loads(b) for b in re.findall(pattern, section, re.DOTALL | re.MULTILINE)]
 

@@ -406,24 +406,28 @@ def request_error(data: bytes, **kwargs: object) -> RequestError:
     return info.value
 
 
-@pytest.mark.parametrize("version", ["2.0", "0.9", "1.999", "1.1"])
+@pytest.mark.parametrize("version", ["2.0", "0.9", "1.999", "1.2", "1.10"])
 @pytest.mark.parametrize("kind", ["ToolCallRequest", "DescribeRequest"])
 def test_unsupported_versions_are_named_as_such(request_doc: dict, version: str, kind: str) -> None:
     request_doc.update(kind=kind, version=version)
     error = request_error(wire.dumps(request_doc))
     assert error.code == "UNSUPPORTED_VERSION"
     assert repr(version) in error.message
-    assert "supported versions: 1.0" in error.message
+    assert "supported versions: 1.0, 1.1" in error.message
     assert error.request_id == "call-1"
 
 
-def test_a_worker_may_declare_more_versions(request_doc: dict) -> None:
+def test_a_worker_may_declare_fewer_or_more_versions(request_doc: dict) -> None:
     request_doc["version"] = "1.1"
-    request = codec.decode_request(wire.dumps(request_doc), ("1.0", "1.1"))
-    assert request.version == "1.1"
+    assert codec.decode_request(wire.dumps(request_doc)).version == "1.1"
+    error = request_error(wire.dumps(request_doc), supported_versions=("1.0",))
+    assert error.code == "UNSUPPORTED_VERSION"
+    assert error.message.endswith("supported versions: 1.0")
+    request_doc["version"] = "1.2"
+    assert codec.decode_request(wire.dumps(request_doc), ("1.0", "1.2")).version == "1.2"
     request_doc["version"] = "2.0"
-    error = request_error(wire.dumps(request_doc), supported_versions=("1.0", "1.1"))
-    assert "supported versions: 1.0, 1.1" in error.message
+    error = request_error(wire.dumps(request_doc), supported_versions=("1.0", "1.1", "1.2"))
+    assert "supported versions: 1.0, 1.1, 1.2" in error.message
 
 
 @pytest.mark.parametrize(

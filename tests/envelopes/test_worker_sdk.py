@@ -116,7 +116,8 @@ def test_describe(worker: Worker) -> None:
     answer = worker.handle(codec.encode(DescribeRequest()))
     assert isinstance(answer, DescribeResult)
     assert (answer.worker.name, answer.worker.version) == ("test-worker", "2.1.0")
-    assert answer.supported_versions == ["1.0"]
+    assert answer.supported_versions == ["1.0", "1.1"]
+    assert answer.version == "1.0" and answer.capabilities is None  # a 1.0 describe
     names = [tool.name for tool in answer.tools]
     assert names == ["greet", "add", "media", "deny", "crash", "big", "value", "raise"]
     assert answer.tools[0].input_schema == GREET_SCHEMA
@@ -204,7 +205,7 @@ def test_a_result_over_max_result_bytes_is_limit_exceeded(worker: Worker) -> Non
     assert len(codec.encode(answer)) <= 200
 
 
-@pytest.mark.parametrize("version", ["2.0", "0.9", "1.1"])
+@pytest.mark.parametrize("version", ["2.0", "0.9", "1.2"])
 def test_unsupported_version(worker: Worker, version: str) -> None:
     request = ToolCallRequest(
         version=version,
@@ -218,7 +219,7 @@ def test_unsupported_version(worker: Worker, version: str) -> None:
     assert isinstance(answer, ToolCallResult)
     code, message, _ = error_of(answer)
     assert code == "UNSUPPORTED_VERSION"
-    assert "supported versions: 1.0" in message
+    assert "supported versions: 1.0, 1.1" in message
     assert answer.id == "call-9"
 
 
