@@ -6,8 +6,8 @@ p95 and the ratio of the medians. It assumes what `scripts/test` sets up: `.venv
 running Docker engine and the images of `scripts/build-images`.
 
     scripts/bench [--json FILE]
-                  [--only local,docker,pool,throughput,sessions,postgres,server,events,
-                          claims,workers]
+                  [--only local,docker,pool,runtimes,throughput,sessions,postgres,server,
+                          events,claims,workers]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import anyio.to_thread
 import docker
 from bench_claims import bench_claims
 from bench_events import bench_events
+from bench_runtimes import bench_runtimes
 from bench_server import bench_server
 from bench_sessions import bench_postgres, bench_sessions
 from bench_workers import bench_workers
@@ -59,8 +60,8 @@ EXAMPLE_WORKER = ["bash", str(REPO / "examples/workers/bash/worker.sh")]
 MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCallResult\","
                   "\"version\":\"1.0\",\"id\":\"bench-0\",\"status\":\"ok\","
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
-ROWS = ("local", "docker", "pool", "throughput", "sessions", "postgres", "server", "events",
-        "claims", "workers")  # fmt: skip
+ROWS = ("local", "docker", "pool", "runtimes", "throughput", "sessions", "postgres", "server",
+        "events", "claims", "workers")  # fmt: skip
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
 POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
 
@@ -282,6 +283,8 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
         await bench_local(report)
     if "docker" in only or "pool" in only:
         await bench_docker(report, want_pool="pool" in only, want_cold="docker" in only)
+    if "runtimes" in only:  # runsc beside runc, cold and pooled (bench_runtimes.py)
+        await bench_runtimes(report, api)
     if "throughput" in only:
         await bench_throughput(report, api)
     if "workers" in only:

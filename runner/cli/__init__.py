@@ -2,6 +2,7 @@
 isolation.py (isolate, describe, sweep)."""
 
 from runner.cli import (
+    audit,  # noqa: F401  (audit)
     check,  # noqa: F401  (worker-check)
     demo,  # noqa: F401  (demo)
     isolation,  # noqa: F401  (registers its commands)

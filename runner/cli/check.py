@@ -1,6 +1,7 @@
 """`agents-runner worker-check`: the conformance battery against one worker.
 
-Exit status: 0 when every required check passes, 1 when one fails, 2 for bad input.
+Exit status: 0 when every `required` check passes (and, with --strict, every `strict`
+one), 1 when one fails, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -16,8 +17,23 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner.cli.app import app, fail
-from runner.cli.isolation import Argv, Env, EnvAllow, Image, RunnerKind, build_runner
-from runner.conformance import VERBOSE_ENV, FixtureError, Report, check_worker, load_fixtures
+from runner.cli.isolation import (
+    Argv,
+    ContainerRuntime,
+    Env,
+    EnvAllow,
+    Image,
+    RunnerKind,
+    build_runner,
+)
+from runner.conformance import (
+    VERBOSE_ENV,
+    FixtureError,
+    Report,
+    check_worker,
+    load_fixtures,
+    parse_fixtures,
+)
 
 _STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
@@ -31,24 +47,42 @@ def worker_check(
         Path | None,
         typer.Option("--fixture", help='JSON file: {"tool": {arguments}, ...} for happy calls'),
     ] = None,
+    fixture_json: Annotated[
+        str | None,
+        typer.Option("--fixture-json", help="the fixtures as JSON text instead of a file"),
+    ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="fail on `strict` checks too (exact INVALID_REQUEST)"),
+    ] = False,
     probe_timeout: Annotated[
         float, typer.Option("--probe-timeout", help="seconds each probe may take")
     ] = 10.0,
     env: Env = None,
     env_allow: EnvAllow = None,
+    runtime: ContainerRuntime = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Check that a worker speaks envelope v1: describe, schemas, calls, versions, the
-    malformed-request battery, limits, deadlines and stdout purity."""
+    malformed-request battery, limits, deadlines, stdout purity, and the 1.1 files and
+    events it declares. Each check is `required`, `strict` or `advisory`."""
     if probe_timeout <= 0:
         fail(f"--probe-timeout must be positive, got {probe_timeout}")
+    if fixture is not None and fixture_json is not None:
+        fail("give --fixture FILE or --fixture-json TEXT, not both")
     try:
-        fixtures = load_fixtures(fixture) if fixture else {}
+        if fixture_json is not None:
+            fixtures = parse_fixtures(fixture_json, "the --fixture-json text")
+        else:
+            fixtures = load_fixtures(fixture) if fixture else {}
     except FixtureError as exc:
         fail(f"--fixture: {exc}")
     verbose = [f"{name}={value}" for name, value in VERBOSE_ENV.items()]
-    chosen = build_runner(runner, image, argv, env=[*verbose, *(env or [])], env_allow=env_allow)
+    chosen = build_runner(runner, image, argv, env=[*verbose, *(env or [])], env_allow=env_allow,
+                          runtime=runtime)  # fmt: skip
     target = image if runner == "docker" else " ".join(argv or [])
+    if runtime is not None:
+        target = f"{target} (runtime {runtime})"
 
     async def check() -> Report:
         async with chosen:
@@ -58,28 +92,35 @@ def worker_check(
 
     report = anyio.run(check)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(report.to_dict(strict), ensure_ascii=False, indent=2))
     else:
-        print_table(report)
-    raise typer.Exit(0 if report.ok else 1)
+        print_table(report, strict)
+    raise typer.Exit(0 if not report.failed(strict) else 1)
 
 
-def print_table(report: Report) -> None:
+def print_table(report: Report, strict: bool = False) -> None:
     console = Console(highlight=False)
     table = Table(title=f"worker-check: {report.target}", title_justify="left")
     table.add_column("check")
+    table.add_column("level")
     table.add_column("result")
     table.add_column("why")
     for check in report.checks:
-        mark = check.status.upper() + ("" if check.required else " (optional)")
-        table.add_row(check.id, f"[{_STYLE[check.status]}]{mark}[/]", _plain(check.detail))
+        # A failure that does not count in this mode is shown, not styled as fatal.
+        style = _STYLE[check.status] if check.counts(strict) else "yellow"
+        mark = check.status.upper()
+        table.add_row(check.id, check.level, f"[{style}]{mark}[/]", _plain(check.detail))
     console.print(table)
-    failed = report.failed()
-    if failed:
-        console.print(f"[bold red]{len(failed)} required check(s) failed:[/] "
-                      + ", ".join(c.id for c in failed))  # fmt: skip
-    else:
-        console.print(f"[green]all required checks passed[/] ({len(report.checks)} checks)")
+    for level in ("required", "strict"):
+        failed = report.failed_at(level)
+        counted = level == "required" or strict
+        if failed:
+            style, note = ("bold red", "") if counted else ("yellow", " (counted with --strict)")
+            console.print(f"[{style}]{len(failed)} {level} check(s) failed{note}:[/] "
+                          + ", ".join(c.id for c in failed))  # fmt: skip
+    if not report.failed(strict):
+        levels = "required and strict" if strict else "required"
+        console.print(f"[green]all {levels} checks passed[/] ({len(report.checks)} checks)")
 
 
 def _plain(text: str) -> str:

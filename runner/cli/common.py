@@ -26,6 +26,8 @@ from rich.console import Console
 
 from runner.cli.app import fail
 from runner.cli.pooling import with_pool
+from runner.isolation.audit import AuditError
+from runner.isolation.docker import RUNTIME_NAME
 from runner.llm import LLMError
 from runner.session import (
     Agent,
@@ -41,6 +43,13 @@ from runner.session import (
     with_durable_workflows,
 )
 from runner.session.attachments import AttachmentError, read_attachments
+from runner.session.audit import (
+    AUDIT_FORMS,
+    AUDIT_VARIABLE,
+    AuditSetting,
+    AuditSettingError,
+    setting_from,
+)
 from runner.state import Attachment, now_ms
 from runner.stores import DurableStore, Lease, SessionStore, StoreError, StoreUnavailable
 from runner.stores import open_store as open_location
@@ -104,6 +113,40 @@ PoolIdleOption = Annotated[
 ]  # fmt: skip
 
 
+#: What `--runtime` reads when not given (runner/cli/pooling.py).
+RUNTIME_VARIABLE = "AGENTS_RUNNER_RUNTIME"
+
+
+def _runtime_name(value: str | None) -> str | None:
+    if value is not None and not RUNTIME_NAME.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a runtime name (runc, runsc)")
+    return value
+
+
+RuntimeOption = Annotated[
+    str | None,
+    typer.Option("--runtime", envvar=RUNTIME_VARIABLE, callback=_runtime_name,
+                 help="the engine's runtime for every Docker-isolated call, whatever the"
+                      " agent file says: runc or runsc (gVisor; scripts/lib/engine.sh"
+                      " registers it); unset: each docker spec's `runtime` (default runc)"),
+]  # fmt: skip
+
+
+def parse_audit_option(text: str) -> AuditSetting:
+    try:
+        return setting_from(text, "--audit")
+    except AuditSettingError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+AuditOption = Annotated[
+    AuditSetting | None,
+    typer.Option("--audit", envvar=AUDIT_VARIABLE, parser=parse_audit_option, metavar="WHERE",
+                 help=f"where each isolated call's audit record goes: {AUDIT_FORMS}"
+                      " (default: the store; off logs a warning)"),
+]  # fmt: skip
+
+
 AgentFileOption = Annotated[
     Path | None, typer.Option("--agent-file", help="the agent definition (JSON)")
 ]
@@ -138,7 +181,7 @@ def user_errors() -> Iterator[None]:
         yield
     except (AgentError, AttachmentError, SessionError, StoreCapabilityError) as exc:
         fail(str(exc), 2)
-    except (StoreError, LLMError, LeaseBusy) as exc:
+    except (StoreError, LLMError, LeaseBusy, AuditError) as exc:
         fail(str(exc), 1)
 
 
@@ -197,9 +240,15 @@ def open_store(location: str, purpose: str | None = None) -> Iterator[DurableSto
         yield durable
 
 
-def durable_agent(agent: Agent, store: SessionStore) -> DurableAgent:
-    """`agent` on `store`; single-process when the store has no leases (a file store)."""
-    return with_durable_workflows(agent, store, single_process=not isinstance(store, DurableStore))
+def durable_agent(
+    agent: Agent, store: SessionStore, audit: AuditSetting | None = None
+) -> DurableAgent:
+    """`agent` on `store`; single-process when the store has no leases (a file store);
+    its isolated calls audited as `audit` says (`--audit`; None: the engine's default)."""
+    durable = with_durable_workflows(
+        agent, store, single_process=not isinstance(store, DurableStore)
+    )
+    return durable if audit is None else replace(durable, audit=audit)
 
 
 def now_of(store: SessionStore) -> int:
@@ -226,26 +275,32 @@ def live_holder(store: SessionStore, session_id: str) -> str | None:
 
 
 def stored_agent(
-    store: SessionStore, session_id: str, agent_file: Path | None = None, **options: Any
+    store: SessionStore,
+    session_id: str,
+    agent_file: Path | None = None,
+    audit: AuditSetting | None = None,
+    **options: Any,
 ) -> DurableAgent:
     """The agent a session started with, from the store (or `agent_file`, checked against
-    it when the session advances), in asynchronous mode. `options`: DurableAgent fields
-    such as migrate=True or allow_agent_change=True."""
+    it when the session advances), in asynchronous mode, audited as `audit` says.
+    `options`: DurableAgent fields such as migrate=True or allow_agent_change=True."""
     with user_errors():
         session = store.load(session_id, history=False)
         if agent_file is not None:
             agent = load_agent(agent_file)
         else:
             agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
-    durable = durable_agent(agent.with_mode("asynchronous"), store)
-    return replace(durable, **options)
+    durable = durable_agent(agent.with_mode("asynchronous"), store, audit)
+    return replace(durable, **options) if options else durable
 
 
-def agent_from_file(path: Path | None, store: SessionStore) -> DurableAgent:
+def agent_from_file(
+    path: Path | None, store: SessionStore, audit: AuditSetting | None = None
+) -> DurableAgent:
     if path is None:
         fail("--agent-file is required (before or after the command name)")
     with user_errors():
-        return durable_agent(load_agent(path), store)
+        return durable_agent(load_agent(path), store, audit)
 
 
 def read_attached(paths: list[Path] | None) -> list[Attachment]:
@@ -260,13 +315,17 @@ def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
 
 
 def run_pooled(
-    agent: DurableAgent, pool_size: int | None, action: Callable[[DurableAgent], Awaitable[T]]
+    agent: DurableAgent,
+    pool_size: int | None,
+    action: Callable[[DurableAgent], Awaitable[T]],
+    runtime: str | None = None,
 ) -> T:
     """`action(agent)`, its Docker-isolated calls served from a warm pool of `pool_size`
-    (`--pool-size`; None: each docker spec's `pool`), removed before this returns."""
+    (`--pool-size`; None: each docker spec's `pool`), removed before this returns, under
+    `runtime` when one is forced (`--runtime`)."""
 
     async def pooled() -> T:
-        return await with_pool(agent, pool_size, action)
+        return await with_pool(agent, pool_size, action, runtime)
 
     return run_async(pooled)
 

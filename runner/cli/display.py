@@ -12,7 +12,7 @@ from runner.session import (
     Session,
     StepReport,
 )
-from runner.state import LlmTurn, PartialUserTurn, UserTurn
+from runner.state import LlmTurn, PartialUserTurn, TrackedCall, UserTurn
 from runner.state.transitions import overdue
 
 
@@ -60,6 +60,29 @@ def print_tokens(session: Session) -> None:
     """agents-exe's lines for a yielded turn: `token: TOKEN (tool)` per call waited on."""
     for call in session.waiting_on():
         typer.echo(f"token: {call.token} ({call.tool})")
+
+
+def print_output(call: TrackedCall) -> None:
+    """The end of what the call's worker streamed, as kept with the call: its latest
+    progress, then its last lines (`stdout|`, `stderr|`, `partial|`). Printed plainly:
+    the text is the worker's (its control characters were escaped by the runner)."""
+    output = call.output
+    if output is None:
+        return
+    counts = f"{output.delivered} event(s)"
+    if output.dropped or output.invalid:
+        counts += f", {output.dropped} dropped, {output.invalid} invalid"
+    shown = len([e for e in output.events if e.type != "progress"])
+    typer.echo(f"output of {call.id} (attempt {output.attempt}; {counts}; last {shown} kept):")
+    if output.progress is not None:
+        message = f" {output.progress.text}" if output.progress.text else ""
+        typer.echo(f"  progress {output.progress.fraction or 0:.0%}{message}")
+    for event in output.events:
+        if event.type == "progress":
+            continue
+        prefix = event.stream if event.type == "log" else "partial"
+        for line in event.text.splitlines() or [""]:
+            typer.echo(f"  {prefix}| {line}")
 
 
 def describe_turn(turn: UserTurn | LlmTurn | PartialUserTurn) -> str:

@@ -16,17 +16,28 @@ from pydantic import ValidationError
 from envelopes import codec, wire
 from envelopes.v1 import MAX_REQUEST_BYTES, ToolCallRequest
 from runner.cli.app import app, fail
+from runner.cli.common import parse_audit_option
+from runner.cli.transfer import print_event, with_files, write_returned
 from runner.isolation import (
     CallOutcome,
     ContainerLimits,
     DescribeOutcome,
     DockerRunner,
+    EgressPolicy,
     EngineUnavailable,
     LocalProcessRunner,
     ProcessLimits,
     sweep_containers,
 )
+from runner.isolation.audit import (
+    AuditedRunner,
+    AuditError,
+    AuditFailed,
+    AuditSink,
+    JsonLinesAuditSink,
+)
 from runner.isolation.base import ExchangeRunner
+from runner.session.audit import AUDIT_VARIABLE, AuditSetting
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -65,6 +76,33 @@ Env = Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE for the
 EnvAllow = Annotated[
     list[str] | None, typer.Option("--env-allow", help="pass this variable through (local)")
 ]
+ContainerRuntime = Annotated[
+    str | None,
+    typer.Option("--runtime", help="the engine's runtime for the container: runc (default) or"
+                 " runsc (gVisor; scripts/lib/engine.sh registers it)"),
+]  # fmt: skip
+EgressAllow = Annotated[
+    list[str] | None,
+    typer.Option("--egress-allow", metavar="HOST:PORT",
+                 help="let the container reach HOST:PORT (or *.DOMAIN:PORT) through its own"
+                 " egress proxy, and nothing else; repeatable (default: no network)"),
+]  # fmt: skip
+EgressNetwork = Annotated[
+    str | None,
+    typer.Option("--egress-network", envvar="AGENTS_RUNNER_EGRESS_NETWORK",
+                 help="the Docker network the egress proxy reaches the allowed hosts through"
+                 " ('bridge': Docker's default route out)"),
+]  # fmt: skip
+
+
+def egress_policy(allow: list[str] | None, network: str | None) -> EgressPolicy | None:
+    """The policy of --egress-allow / --egress-network (None without an allow-list)."""
+    if not allow:
+        return None
+    try:
+        return EgressPolicy(tuple(allow), upstream_network=network)
+    except ValueError as exc:
+        raise ValueError(f"--egress-allow / --egress-network: {exc}") from None
 
 
 def build_runner(
@@ -80,6 +118,9 @@ def build_runner(
     user: str | None = None,
     env: list[str] | None = None,
     env_allow: list[str] | None = None,
+    runtime: str | None = None,
+    egress_allow: list[str] | None = None,
+    egress_network: str | None = None,
 ) -> ExchangeRunner:
     variables = parse_env(env or [])
     if runner == "local":
@@ -88,7 +129,8 @@ def build_runner(
         if not argv:
             fail("--runner local needs the worker's argv after --, e.g. -- python3 worker.py")
         docker_only = {"--cpus": cpus, "--pids": pids, "--network": network,
-                       "--tmpfs-size": tmpfs, "--user": user}  # fmt: skip
+                       "--tmpfs-size": tmpfs, "--user": user, "--runtime": runtime,
+                       "--egress-allow": egress_allow or None}  # fmt: skip
         for option, value in docker_only.items():
             if value is not None:
                 fail(f"{option} applies to --runner docker only")
@@ -115,6 +157,8 @@ def build_runner(
                 network=default.network if network is None else network,
                 user=default.user if user is None else user,
                 env=variables,
+                runtime=default.runtime if runtime is None else runtime,
+                egress=egress_policy(egress_allow, egress_network),
             )  # fmt: skip
         except ValueError as exc:
             fail(str(exc))
@@ -151,6 +195,27 @@ def read_request(
         fail(f"request after overrides: {codec.describe_validation_error(exc)}")
 
 
+IsolateAudit = Annotated[
+    AuditSetting | None,
+    typer.Option("--audit", envvar=AUDIT_VARIABLE, parser=parse_audit_option, metavar="WHERE",
+                 help="append the call's audit record to a JSON-lines file: file:PATH"
+                      " (default: off, as `isolate` has no store)"),
+]  # fmt: skip
+
+
+def _isolate_audit(setting: AuditSetting | None) -> AuditSink | None:
+    """The audit file `--audit` names; `isolate` has no store, so `store` is refused."""
+    if setting is None or setting.to == "off":
+        return None
+    if setting.to == "store":
+        fail("--audit store: `isolate` uses no store; give --audit file:PATH (or off)")
+    assert setting.path is not None
+    try:
+        return JsonLinesAuditSink(setting.path)
+    except AuditError as exc:
+        fail(f"--audit: {exc}")
+
+
 @app.command()
 def isolate(
     runner: RunnerKind,
@@ -173,29 +238,66 @@ def isolate(
     user: User = None,
     env: Env = None,
     env_allow: EnvAllow = None,
+    runtime: ContainerRuntime = None,
+    egress_allow: EgressAllow = None,
+    egress_network: EgressNetwork = None,
+    audit: IsolateAudit = None,
     full: Annotated[
         bool, typer.Option("--json", help="print the full typed outcome, not just the result")
     ] = False,
-) -> None:
+    files: Annotated[
+        list[str] | None,
+        typer.Option("--file", metavar="LOCAL[:REMOTE]",
+                     help="send a host file, written in the worker's workspace as REMOTE"
+                          " (default: its name); repeatable; needs a worker with `files`"),
+    ] = None,
+    collect: Annotated[
+        list[str] | None,
+        typer.Option("--collect", metavar="GLOB",
+                     help="return the workspace files matching GLOB (*, ?, **); repeatable;"
+                          " needs --out"),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", metavar="DIR",
+                     help="write the files the result carries under DIR (never outside it,"
+                          " never through a symlink)"),
+    ] = None,
+    stream: Annotated[
+        bool, typer.Option("--stream", help="print the worker's events live on stderr")
+    ] = False,
+) -> None:  # fmt: skip
     """Run one ToolCallRequest (stdin or --request) and print its result envelope.
 
-    Exit status: 0 for an ok result, 1 for an error result, 2 for bad input.
+    Exit status: 0 for an ok result, 1 for an error result (or a file --out refused),
+    2 for bad input.
     """
+    sink = _isolate_audit(audit)
     chosen = build_runner(runner, image, argv, memory=memory, cpus=cpus, pids=pids,
                           network=network, tmpfs=tmpfs_size, user=user, env=env,
-                          env_allow=env_allow)  # fmt: skip
-    call = read_request(request, timeout, max_result_bytes)
+                          env_allow=env_allow, runtime=runtime, egress_allow=egress_allow,
+                          egress_network=egress_network)  # fmt: skip
+    call = with_files(read_request(request, timeout, max_result_bytes), files or [],
+                      collect or [], out)  # fmt: skip
+    on_event = print_event if stream else None
 
     async def run_one() -> CallOutcome:
         async with chosen:
-            return await chosen.call(call)
+            if sink is None:
+                return await chosen.call(call, on_event)
+            closed = audit is not None and audit.fail_closed
+            return await AuditedRunner(chosen, sink, fail_closed=closed).call(call, on_event)
 
-    outcome = anyio.run(run_one)
+    try:
+        outcome = anyio.run(run_one)
+    except AuditFailed as exc:
+        fail(str(exc), 1)
     document = outcome.to_dict() if full else outcome.result.to_wire()
     if outcome.control_characters:  # intact in the JSON, but escaped, never interpreted
         typer.echo("warning: the worker's output holds control or bidi characters", err=True)
     typer.echo(json.dumps(document, ensure_ascii=outcome.control_characters))
-    raise typer.Exit(0 if outcome.ok else 1)
+    all_written = write_returned(outcome, out) if out is not None else True
+    raise typer.Exit(0 if outcome.ok and all_written else 1)
 
 
 @app.command()
@@ -206,9 +308,10 @@ def describe(
     timeout: Annotated[float, typer.Option("--timeout", help="seconds")] = 30.0,
     env: Env = None,
     env_allow: EnvAllow = None,
+    runtime: ContainerRuntime = None,
 ) -> None:
     """Send a DescribeRequest to a worker and print its DescribeResult."""
-    chosen = build_runner(runner, image, argv, env=env, env_allow=env_allow)
+    chosen = build_runner(runner, image, argv, env=env, env_allow=env_allow, runtime=runtime)
 
     async def describe_one() -> DescribeOutcome:
         async with chosen:
@@ -236,3 +339,5 @@ def sweep(
     typer.echo(f"removed {len(report.removed)} container(s), kept {len(report.kept)}")
     for name in report.removed:
         typer.echo(f"  removed {name}")
+    for name in report.networks:
+        typer.echo(f"  removed network {name}")

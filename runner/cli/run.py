@@ -17,6 +17,7 @@ from runner.cli.common import (
     DEFAULT_STORE,
     AgentFileOption,
     AttachOption,
+    AuditOption,
     JsonOption,
     PoolSizeOption,
     StoreOption,
@@ -45,6 +46,7 @@ def run(
     agent_file: AgentFileOption = None,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run to the final answer, or stop when the turn waits on deferred calls and print
@@ -52,7 +54,7 @@ def run(
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
     with open_sessions(store) as opened:
-        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
+        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened, audit)
         report = run_pooled(agent, pool_size, lambda pooled: pooled.run(text, attachments))
     document = report.to_dict()
     if report.status == "waiting":

@@ -27,6 +27,7 @@ from runner.cli.common import (
     PollSecondsOption,
     PoolIdleOption,
     PoolSizeOption,
+    RuntimeOption,
     StoreOption,
     open_store,
 )
@@ -55,6 +56,7 @@ def serve(
     poll_seconds: PollSecondsOption = DEFAULT_POLL_SECONDS,
     pool_size: PoolSizeOption = None,
     pool_idle_seconds: PoolIdleOption = None,
+    runtime: RuntimeOption = None,
 ) -> None:
     """Serve the HTTP API and advance due sessions until SIGTERM (which drains)."""
     # The server's stack (FastAPI, uvicorn) is imported only by this command.
@@ -75,7 +77,7 @@ def serve(
         fail(f"--agents: {agents} is not a directory")
     with open_store(store, "the server (it advances sessions beside other processes)") as held:
         anyio.run(run_server, held, host, port, agents, grants, concurrency, poll_seconds,
-                  pool_size, pool_idle_seconds)  # fmt: skip
+                  pool_size, pool_idle_seconds, runtime)  # fmt: skip
 
 
 def _loopback(host: str) -> bool:

@@ -31,7 +31,8 @@ class _Server(uvicorn.Server):
 
 async def run_server(store: DurableStore, host: str, port: int, agents: Path | None,
                grants: list[Grant] | None, concurrency: int, poll_s: float,
-               pool_size: int | None, pool_idle_s: float | None) -> None:  # fmt: skip
+               pool_size: int | None, pool_idle_s: float | None,
+               runtime: str | None = None) -> None:  # fmt: skip
     # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
     app = create_app(store, agents, grants, docker_check=check_engine if pool_size else None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
@@ -61,7 +62,7 @@ async def run_server(store: DurableStore, host: str, port: int, agents: Path | N
         group.start_soon(http)
         group.start_soon(keep_sweeping_claims, store)  # lapsed claims (runner.session.claims)
         await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size,
-                               pool_idle_s=pool_idle_s)  # fmt: skip
+                               pool_idle_s=pool_idle_s, runtime=runtime)  # fmt: skip
         # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
         # it part way would end the lifespan with a traceback.
         server.should_exit = True

@@ -21,9 +21,11 @@ from runner.cli.common import (
     DEFAULT_STORE,
     AgentFileOption,
     AttachOption,
+    AuditOption,
     JsonOption,
     PoolSizeOption,
     ResumeOption,
+    RuntimeOption,
     SessionId,
     StoreOption,
     agent_from_file,
@@ -41,7 +43,13 @@ from runner.cli.common import (
     stored_agent,
     user_errors,
 )
-from runner.cli.display import describe_turn, print_pending, print_report, print_tokens
+from runner.cli.display import (
+    describe_turn,
+    print_output,
+    print_pending,
+    print_report,
+    print_tokens,
+)
 from runner.cli.results import read_result
 from runner.session import (
     DurableAgent,
@@ -51,6 +59,7 @@ from runner.session import (
     ToolResult,
     pending_entry,
 )
+from runner.session.audit import AuditSetting
 from runner.session.operator import CONDITIONS, conditions, explain, session_document
 from runner.state.transitions import overdue
 from runner.stores import SessionStore
@@ -75,6 +84,7 @@ def start(
     agent_file: AgentFileOption = None,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Start a session and print `session-id: ID` (with --step, also run its first step)."""
@@ -87,7 +97,7 @@ def start(
         if step:
             if not as_json:
                 typer.echo(f"session-id: {session.id}")
-            stepper = stored_agent(opened, session.id)
+            stepper = stored_agent(opened, session.id, audit=audit)
             print_report(run_pooled(stepper, pool_size, lambda a: a.step(session.id)), as_json)
             return
     emit({"session_id": session.id, "status": session.status}, as_json,
@@ -99,11 +109,12 @@ def step(
     session_id: SessionId,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run one scheduling step."""
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id)
+        agent = stored_agent(opened, session_id, audit=audit)
         print_report(run_pooled(agent, pool_size, lambda a: a.step(session_id)), as_json)
 
 
@@ -126,13 +137,14 @@ def resume(
     ] = False,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Step until the final answer or the next wait (continues a frozen session; with
     --retry, a failed one)."""
     chosen = agent_file or (ctx.obj or {}).get("agent_file")
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id, chosen, migrate=migrate,
+        agent = stored_agent(opened, session_id, chosen, audit, migrate=migrate,
                              allow_agent_change=allow_agent_change)  # fmt: skip
 
         async def go(pooled: DurableAgent) -> StepReport:
@@ -150,13 +162,14 @@ def pause(
     session_id: SessionId,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run one asynchronous step and persist it, like `step`; when the turn yields, print
     the continuation tokens of the calls it waits on (agents-exe's pause; `session
     freeze` is what stops a session)."""
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id)
+        agent = stored_agent(opened, session_id, audit=audit)
         report = run_pooled(agent, pool_size, lambda a: a.step(session_id))
     session = report.session
     document = {**report.to_dict(),
@@ -229,12 +242,14 @@ def run_isolated(
     session_id: SessionId,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    runtime: RuntimeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run the detached isolated calls a session waits on, and record their results."""
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id)
-        report = run_pooled(agent, pool_size, lambda a: a.run_isolated(session_id))
+        agent = stored_agent(opened, session_id, audit=audit)
+        report = run_pooled(agent, pool_size, lambda a: a.run_isolated(session_id), runtime)
         print_report(report, as_json)
 
 
@@ -245,6 +260,7 @@ def wake_by_token(
     as_json: bool,
     resume: bool = False,
     pool_size: int | None = None,
+    audit: AuditSetting | None = None,
 ) -> None:
     """Give the call with `token` its result; with `resume`, then continue its session
     here (agents-exe's autoResume) unless a live process holds it."""
@@ -252,7 +268,7 @@ def wake_by_token(
         found = store.find(token)
     if found is None:
         fail(f"no call has the continuation token {token!r} in the {store.description}")
-    agent = stored_agent(store, found.session_id)
+    agent = stored_agent(store, found.session_id, audit=audit)
     report = run_async(agent.wake, found.session_id, [(token, result)])
 
     if report.conflicting:
@@ -318,6 +334,7 @@ def complete(
     resume: ResumeOption = False,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Give a deferred call its result (idempotent: a second result is reported, not
@@ -325,7 +342,7 @@ def complete(
     ...}), a ToolCallResult envelope, any other JSON (a JSON result), or plain text."""
     result = read_result(file)
     with open_sessions(store) as opened:
-        wake_by_token(opened, token, result, as_json, resume, pool_size)
+        wake_by_token(opened, token, result, as_json, resume, pool_size, audit)
 
 
 @session_app.command("fail")
@@ -335,6 +352,7 @@ def fail_call(
     resume: ResumeOption = False,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
+    audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Fail a deferred call; the model sees the reason."""
@@ -342,7 +360,7 @@ def fail_call(
         fail("--reason must say why the call failed")
     failed = ToolResult.error("TOOL_FAILED", reason)
     with open_sessions(store) as opened:
-        wake_by_token(opened, token, failed, as_json, resume, pool_size)
+        wake_by_token(opened, token, failed, as_json, resume, pool_size, audit)
 
 
 @session_app.command("retry")
@@ -425,5 +443,7 @@ def show(
             state = "expired (overdue)" if call.id in late_calls else call.state
             table.add_row(call.id, call.tool, state, str(call.attempts), text[:120])
         console.print(table)
+        for call in session.calls.values():
+            print_output(call)
 
     emit(session_document(session, lease, now, late), as_json, human)

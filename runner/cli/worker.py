@@ -13,7 +13,9 @@ stops claiming, finishes what it holds (releasing each lease), and exits 0.
 With --pool-size N (or AGENTS_RUNNER_POOL_SIZE, or a docker spec's `pool` setting: see
 runner/cli/pooling.py), Docker-isolated calls start from warm containers (the warm pool:
 started ahead, one call each); a shelf unused for --pool-idle-seconds gives its idle
-containers back; all are removed once the drain is done.
+containers back; all are removed once the drain is done. With --runtime runsc (or
+AGENTS_RUNNER_RUNTIME) every Docker-isolated call runs under gVisor, whatever the agent
+file says.
 
 A failing model call never keeps a worker busy: the engine stores its budget and next
 attempt time in the session, the worker lets go of it while it backs off, and a session
@@ -39,10 +41,12 @@ from runner.cli.common import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_SECONDS,
     DEFAULT_STORE,
+    AuditOption,
     ConcurrencyOption,
     PollSecondsOption,
     PoolIdleOption,
     PoolSizeOption,
+    RuntimeOption,
     StoreOption,
     open_store,
 )
@@ -56,6 +60,7 @@ from runner.session import (
     default_lease_seconds,
     default_owner,
 )
+from runner.session.audit import AuditSetting
 from runner.state import Session
 from runner.stores import DurableStore
 
@@ -74,6 +79,8 @@ def worker(
     poll_seconds: PollSecondsOption = DEFAULT_POLL_SECONDS,
     pool_size: PoolSizeOption = None,
     pool_idle_seconds: PoolIdleOption = None,
+    runtime: RuntimeOption = None,
+    audit: AuditOption = None,
     exit_when_idle: Annotated[
         bool, typer.Option("--exit-when-idle", help="exit once no session is due or running")
     ] = False,
@@ -81,11 +88,12 @@ def worker(
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
     with open_store(store, "the worker (it shares sessions with other processes)") as durable:
         anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle, pool_size,
-                  pool_idle_seconds)  # fmt: skip
+                  pool_idle_seconds, runtime, audit)  # fmt: skip
 
 
 async def _serve(store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool,
-                 pool_size: int | None, pool_idle_s: float | None) -> None:  # fmt: skip
+                 pool_size: int | None, pool_idle_s: float | None,
+                 runtime: str | None, audit: AuditSetting | None = None) -> None:  # fmt: skip
     stopping = anyio.Event()
 
     async def on_signals() -> None:
@@ -98,7 +106,8 @@ async def _serve(store: DurableStore, concurrency: int, poll_s: float, exit_when
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
         await advance_sessions(store, concurrency, poll_s, stopping, exit_when_idle,
-                               pool_size=pool_size, pool_idle_s=pool_idle_s)  # fmt: skip
+                               pool_size=pool_size, pool_idle_s=pool_idle_s,
+                               runtime=runtime, audit=audit)  # fmt: skip
         group.cancel_scope.cancel()
 
 
@@ -111,21 +120,26 @@ async def advance_sessions(
     *,
     pool_size: int | None = 0,
     pool_idle_s: float | None = None,
+    runtime: str | None = None,
+    audit: AuditSetting | None = None,
 ) -> None:
     """Advance due sessions until `stopping` is set (then drain: what is in flight
     finishes and its leases are released) or, with `exit_when_idle`, nothing is due.
     `worker` and `serve` both run this loop; each decides what sets `stopping`.
     Docker-isolated calls come from a warm pool (`pool_size`; None: each docker spec's
-    `pool`; 0: none; see runner/cli/pooling.py), closed after the drain."""
+    `pool`; 0: none; see runner/cli/pooling.py), closed after the drain, and run under
+    `runtime` when one is forced (`--runtime`; None: each docker spec's)."""
     # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
     await anyio.to_thread.run_sync(sweep_orphans)
-    async with runner_factory(pool_size, pool_idle_s) as pooled:
-        if pooled is not None:
+    async with runner_factory(pool_size, pool_idle_s, runtime) as pooled:
+        if runtime is not None:
+            log(f"Docker-isolated calls run under the runtime {runtime}")
+        if pooled is not None and pooled.configured != 0:
             sizes = ("as many as each docker spec's `pool` asks" if pool_size is None
                      else f"{pool_size} container(s) per image")  # fmt: skip
             log(f"warm pool open: {sizes}")
         try:
-            await _advance(store, concurrency, poll_s, stopping, exit_when_idle, pooled)
+            await _advance(store, concurrency, poll_s, stopping, exit_when_idle, pooled, audit)
         finally:
             if pooled is not None:
                 log(f"warm pool: closing ({pooled.pool.idle()} idle,"
@@ -133,7 +147,8 @@ async def advance_sessions(
 
 
 async def _advance(store: DurableStore, concurrency: int, poll_s: float, stopping: anyio.Event,
-                   exit_when_idle: bool, pooled: PooledRunners | None) -> None:  # fmt: skip
+                   exit_when_idle: bool, pooled: PooledRunners | None,
+                   audit: AuditSetting | None = None) -> None:  # fmt: skip
     owner, lease_s = default_owner(), default_lease_seconds()
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
@@ -159,6 +174,8 @@ async def _advance(store: DurableStore, concurrency: int, poll_s: float, stoppin
 
     def build(agent: Agent) -> DurableAgent:
         durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
+        if audit is not None:  # `--audit`; else the engine's default (the store)
+            durable = replace(durable, audit=audit)  # opens only the audit it is given
         return durable if pooled is None else replace(durable, runner_factory=pooled)
 
     agents = StoredAgents(store, build)

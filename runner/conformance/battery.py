@@ -21,7 +21,7 @@ from envelopes.codec import describe_validation_error
 from envelopes.v1 import RUNNER_ERROR_CODES, DescribeResult, ToolCallResult, ToolDescription
 from runner.conformance import probes
 from runner.conformance.lint import lint_schema
-from runner.conformance.report import Report
+from runner.conformance.report import Level, Report
 from runner.isolation.base import ExchangeRunner
 from runner.isolation.outcome import Exchange, has_control_characters
 
@@ -117,6 +117,8 @@ class Battery:
         self.timeout_s = probe_timeout_s
         self.limiter = anyio.CapacityLimiter(concurrency)
         self.answers: list[Answer] = []
+        #: The 1.1 capabilities the worker declares (capabilities.negotiate sets them).
+        self.declared: frozenset[str] = frozenset()
 
     async def send(self, label: str, payload: bytes) -> Answer:
         async with self.limiter:
@@ -167,23 +169,51 @@ class Battery:
 
     # --- probes ------------------------------------------------------------------------
 
-    def expect_error(self, check_id: str, answer: Answer, code: str, echo_id: str | None) -> None:
+    def expect_error(
+        self,
+        check_id: str,
+        answer: Answer,
+        code: str,
+        echo_id: str | None,
+        level: Level = "required",
+    ) -> None:
         result = answer.result
         if result is None or result.error is None or result.error.code != code:
-            self.report.add(check_id, "fail", f"expected {code}, got {answer.said()}")
+            self.report.add(check_id, "fail", f"expected {code}, got {answer.said()}", level)
         elif echo_id is not None and result.id != echo_id:
             self.report.add(
-                check_id, "fail", f"{code}, but id {result.id!r} is not the request's {echo_id!r}"
+                check_id,
+                "fail",
+                f"{code}, but id {result.id!r} is not the request's {echo_id!r}",
+                level,
             )
         else:
-            self.report.add(check_id, "pass", f"{code} in {answer.seconds:.2f}s")
+            self.report.add(check_id, "pass", f"{code} in {answer.seconds:.2f}s", level)
+
+    def expect_refusal(self, check_id: str, answer: Answer) -> None:
+        """The `required` verdict on a request that must not run: the worker ended by
+        itself within the probe's deadline with an error envelope or a non-zero exit."""
+        ex, result = answer.exchange, answer.result
+        if ex.intervention is not None:
+            self.report.add(check_id, "fail", answer.problem)
+        elif result is not None and result.status == "ok":
+            self.report.add(check_id, "fail", "answered status ok to a request it must refuse")
+        elif result is not None and result.error is not None:
+            self.report.add(
+                check_id, "pass", f"refused ({result.error.code}) in {answer.seconds:.2f}s"
+            )
+        elif ex.signal is not None or ex.exit_code != 0:
+            how = f"signal {ex.signal}" if ex.signal is not None else f"status {ex.exit_code}"
+            self.report.add(
+                check_id, "pass", f"exited with {how} in {answer.seconds:.2f}s, no error envelope"
+            )
+        else:
+            self.report.add(check_id, "fail", f"exit status 0 without an error: {answer.problem}")
 
     async def happy(self, tool: ToolDescription) -> Answer | None:
         check_id = f"call.{tool.name}"
         if tool.name not in self.fixtures:
-            self.report.add(
-                check_id, "skip", f"no fixture for {tool.name!r} (--fixture FILE)", required=False
-            )
+            self.report.add(check_id, "skip", f"no fixture for {tool.name!r} (--fixture FILE)")
             return None
         document = probes.request(f"call-{tool.name}", tool.name, self.fixtures[tool.name])
         answer = await self.send(check_id, probes.encode(document))
@@ -219,18 +249,20 @@ class Battery:
                         f" {error.message[:120]!r}",
                     )
 
-    async def malformed(self, tool: str) -> None:
+    async def malformed(self) -> None:
         async def one(check_id: str, payload: bytes) -> None:
-            self.expect_error(check_id, await self.send(check_id, payload), "INVALID_REQUEST", None)
+            answer = await self.send(check_id, payload)
+            self.expect_refusal(check_id, answer)
+            self.expect_error(f"{check_id}.strict", answer, "INVALID_REQUEST", None, "strict")
 
         async with anyio.create_task_group() as group:
-            for check_id, payload in probes.malformed(tool).items():
+            for check_id, payload in probes.malformed().items():
                 group.start_soon(one, check_id, payload)
 
     async def unknown_fields(self, tool: ToolDescription) -> None:
         check_id = "request.unknown_fields"
         if tool.name not in self.fixtures:
-            self.report.add(check_id, "skip", f"no fixture for {tool.name!r}", required=False)
+            self.report.add(check_id, "skip", f"no fixture for {tool.name!r}")
             return
         document = probes.request(
             check_id,
@@ -279,7 +311,7 @@ class Battery:
     async def deadline(self, tool: ToolDescription) -> None:
         check_id = "deadline.expired"
         if tool.name not in self.fixtures:
-            self.report.add(check_id, "skip", f"no fixture for {tool.name!r}", required=False)
+            self.report.add(check_id, "skip", f"no fixture for {tool.name!r}", level="advisory")
             return
         document = probes.request(check_id, tool.name, self.fixtures[tool.name], seconds=-1)
         answer = await self.send(check_id, probes.encode(document))
@@ -292,7 +324,7 @@ class Battery:
                 "warn",
                 f"a request whose deadline_ms had passed got {answer.said()};"
                 " the runner will kill such a worker at the deadline",
-                required=False,
+                level="advisory",
             )
         else:
             self.report.add(check_id, "fail", f"expected DEADLINE_EXCEEDED, got {answer.said()}")
@@ -300,7 +332,7 @@ class Battery:
     async def result_limit(self, tool: ToolDescription, happy: Answer | None) -> None:
         check_id = f"limit.{tool.name}"
         if happy is None or happy.result is None or happy.result.status != "ok":
-            self.report.add(check_id, "skip", "needs a passing happy call", required=False)
+            self.report.add(check_id, "skip", "needs a passing happy call")
             return
         size = len(happy.exchange.stdout.strip())
         if size < MIN_LIMIT_PROBE_BYTES:
@@ -309,7 +341,6 @@ class Battery:
                 "skip",
                 f"the happy result of {tool.name!r} is {size} bytes; a fixture"
                 f" with a result over {MIN_LIMIT_PROBE_BYTES} bytes enables this check",
-                required=False,
             )
             return
         limit = size - 1
@@ -369,5 +400,5 @@ class Battery:
             f"ANSI, bidi or other control characters in the output of {', '.join(findings)}"
             if findings
             else "no ANSI, bidi or other control characters in outputs",
-            required=False,
+            level="advisory",
         )

@@ -1,12 +1,14 @@
 """The raw request payloads of the battery, including bytes no runner would ever send.
 
-Each malformed payload is a request a strict worker must refuse with INVALID_REQUEST.
-They are built as bytes on purpose: BOMs, invalid UTF-8, duplicate keys, NaN and lone
-surrogates cannot come out of a well-behaved JSON encoder.
+Each malformed payload is a request no worker may answer `ok`, and that a strict worker
+refuses with INVALID_REQUEST. They are built as bytes on purpose: BOMs, invalid UTF-8,
+duplicate keys, NaN and lone surrogates cannot come out of a well-behaved JSON encoder.
+The 1.1 probes (files, events) are at the end.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from typing import Any
@@ -54,23 +56,34 @@ def encode(document: dict[str, Any]) -> bytes:
     return json.dumps(document, ensure_ascii=False).encode("utf-8")
 
 
-def malformed(tool: str) -> dict[str, bytes]:
-    """Probe id -> payload; every one must be answered with INVALID_REQUEST."""
-    valid = encode(request("malformed", tool, {}))
+#: The tool every malformed probe names: no worker has it. Whatever a lenient parser makes
+#: of a malformed probe's bytes (last or first of duplicate keys, NaN as a number, invalid
+#: UTF-8 replaced), it reads a call of an unknown tool, so a worker that checks the fields
+#: it uses answers an error even without a strict parser (the `required` level). Only a
+#: worker that sees the defect itself answers INVALID_REQUEST (the `strict` level).
+POISON_TOOL = "worker-check-no-such-tool"
+
+
+def malformed() -> dict[str, bytes]:
+    """Probe id -> payload: each must never be answered `ok`; a strict worker answers
+    INVALID_REQUEST."""
+    valid = encode(request("malformed", POISON_TOOL, {}))
     body = valid[1:]  # everything after the opening brace
     deep = b"[" * DEEP_NESTING + b"]" * DEEP_NESTING
-    missing = request("missing-field", tool, {})
+    missing = request("missing-field", POISON_TOOL, {})
     del missing["limits"]
+    huge = {**request("huge", POISON_TOOL, {}), "id": "x" * HUGE_STRING_BYTES}
     return {
         "request.empty": b"",
         "request.truncated": valid[: len(valid) // 2],
         "request.bom": b"\xef\xbb\xbf" + valid,
         "request.invalid_utf8": valid[:-1] + b',"x":"\xff\xfe"}',
-        "request.duplicate_keys": b'{"id":"wc-dup",' + body,
+        # Both copies of `tool` name unknown tools: first-wins and last-wins read alike.
+        "request.duplicate_keys": b'{"tool":{"name":"' + POISON_TOOL.encode() + b'-2"},' + body,
         "request.nan": valid[:-1] + b',"x":NaN}',
         "request.lone_surrogate": valid[:-1] + b',"x":"\\ud800"}',
         "request.deep_nesting": valid[:-1] + b',"x":' + deep + b"}",
-        "request.huge_string": encode({**request("huge", tool, {}), "id": "x" * HUGE_STRING_BYTES}),
+        "request.huge_string": encode(huge),
         "request.missing_field": encode(missing),
     }
 
@@ -83,3 +96,56 @@ def bad_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str
         if isinstance(prop, dict) and prop.get("type") == "string":
             return {**arguments, name: [CANARY]}
     return {**arguments, "worker_check_unexpected": CANARY}
+
+
+# --- 1.1: files and events ------------------------------------------------------------
+
+#: The version the capability probes carry.
+V1_1 = "1.1"
+#: The harmless input files of the files round trip, and the patterns that collect them.
+ROUNDTRIP_TEXT = "worker-check/in.txt"
+ROUNDTRIP_BINARY = "worker-check/sub/data.bin"
+ROUNDTRIP_PATTERNS = ["worker-check/*.txt", "worker-check/**/*.bin"]
+
+
+def roundtrip_files(nonce: str) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """Two input files (text, and base64 bytes in a subdirectory) and the bytes each
+    must come back with."""
+    text = f"worker-check {nonce}\n".encode()
+    binary = bytes(range(256)) + nonce.encode()
+    files: list[dict[str, Any]] = [
+        {"path": ROUNDTRIP_TEXT, "content": text.decode()},
+        {"path": ROUNDTRIP_BINARY, "content": base64.b64encode(binary).decode(),
+         "encoding": "base64", "mode": 0o600},
+    ]  # fmt: skip
+    return files, {ROUNDTRIP_TEXT: text, ROUNDTRIP_BINARY: binary}
+
+
+def _file(path: str, content: str = "worker-check\n", **extra: Any) -> dict[str, Any]:
+    return {"path": path, "content": content, **extra}
+
+
+#: Probe id -> the `files` (and `collect`) of a request every worker declaring `files`
+#: must refuse before its tool runs. `parent_of_other` is the write-through case: a file
+#: named like a directory that another file would be written through (what a symlink in
+#: an archive does).
+HOSTILE_FILES: dict[str, dict[str, Any]] = {
+    "files.absolute": {"files": [_file("/tmp/worker-check-escape.txt")]},
+    "files.dotdot": {"files": [_file("../worker-check-escape.txt")]},
+    "files.dotdot_inner": {"files": [_file("wc/../../worker-check-escape.txt")]},
+    "files.nul": {"files": [_file("wc/in\u0000.txt")]},
+    "files.control": {"files": [_file("wc/\u001b[2Jin.txt")]},
+    "files.bidi": {"files": [_file("wc/in\u202etxt.exe")]},
+    "files.backslash": {"files": [_file("..\\worker-check-escape.txt")]},
+    "files.empty_component": {"files": [_file("wc//in.txt")]},
+    "files.duplicate": {"files": [_file("wc/in.txt"), _file("wc/in.txt")]},
+    "files.casefold_duplicate": {"files": [_file("wc/Caf\u00e9.txt"), _file("wc/CAFE\u0301.TXT")]},
+    "files.parent_of_other": {"files": [_file("wc/a"), _file("wc/a/b.txt")]},
+    "files.bad_base64": {"files": [_file("wc/in.bin", "not base64!", encoding="base64")]},
+    "files.setuid": {"files": [_file("wc/run.sh", mode=0o4755)]},
+    "files.collect_dotdot": {"collect": {"patterns": ["../*"]}},
+    "files.collect_absolute": {"collect": {"patterns": ["/etc/*"]}},
+}
+
+#: The budget the events probe asks for: small, so that a worker that ignores it shows.
+EVENTS_BUDGET = {"max_per_second": 10, "max_bytes": 4096}

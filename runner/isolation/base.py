@@ -11,20 +11,38 @@ back under caps and a deadline, clean up. `call()` and `describe()` are shared o
 in the runner's `dialect` (the envelope its workers speak: v1 unless it was made with
 another, see dialect.py); the protections are the same whatever the dialect.
 
+Envelope 1.1 (negotiation.py): a runner asks its worker's capabilities once (describe
+at 1.1, else 1.0; `capabilities()`), checks input files before any worker starts, and
+sends 1.1 fields only to a worker that declares them. With `events` in the request, the
+worker's stderr is read by an EventReader (events.py) and each event reaches `on_event`
+as soon as its line is complete.
+
 A runner owns what it opened (a Docker client, say) and releases it in `aclose()`, which
 `async with runner:` calls on the way out; a runner that holds nothing closes trivially.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import abstractmethod
+from collections.abc import Hashable
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from envelopes import codec
+from envelopes.bounds import LATEST_VERSION, VERSION
 from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
 from runner.isolation.dialect import V1_DIALECT, Dialect, UnsupportedExchange
+from runner.isolation.events import EventCallback, EventReader
+from runner.isolation.negotiation import (
+    FileLimits,
+    Refused,
+    capabilities_of,
+    input_files_problem,
+    needs_capabilities,
+    plan,
+)
 from runner.isolation.outcome import (
     CallOutcome,
     DescribeOutcome,
@@ -35,17 +53,34 @@ from runner.isolation.outcome import (
 from runner.isolation.outcome import describe_outcome as _describe_outcome
 from runner.lifecycle import AsyncClosing
 
+logger = logging.getLogger(__name__)
+
 #: Cap on a DescribeResult document.
 DESCRIBE_MAX_BYTES = 1024 * 1024
+#: Longest a describe made to learn capabilities may take (less when the call's deadline
+#: is nearer).
+CAPABILITIES_TIMEOUT_S = 30.0
+#: What describe said, for runners that share a key (DockerRunner: the image's id).
+_SHARED_CAPABILITIES: dict[Hashable, frozenset[str]] = {}
 
 
 @runtime_checkable
 class Runner(Protocol):
     """Runs one ToolCallRequest in a fresh worker and returns its typed outcome."""
 
-    async def call(self, request: ToolCallRequest) -> CallOutcome: ...
+    async def call(
+        self, request: ToolCallRequest, on_event: EventCallback | None = None
+    ) -> CallOutcome:
+        """`on_event` receives the worker's live output (1.1 `events`), on the event loop,
+        as each event arrives; it must not block. Without it (and without `events` in the
+        request) the call is exactly a 1.0 call."""
+        ...
 
     async def describe(self, timeout_s: float = 30.0) -> DescribeOutcome: ...
+
+    async def capabilities(self) -> frozenset[str]:
+        """What the worker declares (`files`, `events`), asked once and cached."""
+        ...
 
     async def aclose(self) -> None:
         """Release what the runner owns (clients it created, never ones it was given).
@@ -72,8 +107,13 @@ class RunnerClosed(RuntimeError):
 
 
 class ExchangeRunner(AsyncClosing):
-    """Shared `call`/`describe` for runners that implement `exchange`, and `async with`
-    support on top of `aclose` (which holds nothing by default)."""
+    """Shared `call`/`describe`/`capabilities` for runners that implement `exchange`, and
+    `async with` support on top of `aclose` (which holds nothing by default)."""
+
+    #: Capabilities given to the runner's constructor: its worker is never asked.
+    declared_capabilities: frozenset[str] | None = None
+    #: Caps on the input files a call may carry (checked before any worker starts).
+    file_limits: FileLimits = FileLimits()
 
     async def aclose(self) -> None:
         """Release what this runner owns; nothing, unless a subclass says otherwise."""
@@ -86,48 +126,132 @@ class ExchangeRunner(AsyncClosing):
 
     @abstractmethod
     async def exchange(
-        self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
+        self,
+        payload: bytes,
+        deadline_ms: int,
+        stdout_cap: int,
+        call_label: str,
+        *,
+        events: EventReader | None = None,
     ) -> Exchange:
         """Start a fresh worker, write `payload` to its stdin and close it, read stdout
         (at most `stdout_cap` bytes) and stderr until the worker ends or `deadline_ms`
         (epoch ms) passes, and leave nothing behind. `call_label` names the call in
-        logs and labels."""
+        logs and labels. With `events`, stderr is fed to it as it arrives (its plain
+        bytes are the stderr tail; all of stderr counts against the stderr cap)."""
 
-    async def call(self, request: ToolCallRequest) -> CallOutcome:
+    async def call(
+        self, request: ToolCallRequest, on_event: EventCallback | None = None
+    ) -> CallOutcome:
+        problem = input_files_problem(request, self.file_limits)
+        if problem is not None:
+            return refused_outcome(request, "INVALID_REQUEST", f"{problem}; no worker was started")
+        sent = request
+        if needs_capabilities(request, on_event):
+            timeout_s = min(CAPABILITIES_TIMEOUT_S, seconds_until(request.deadline_ms))
+            capabilities, why = await self._learn_capabilities(timeout_s)
+            try:
+                sent = plan(request, capabilities, on_event)
+            except Refused as exc:
+                return refused_outcome(
+                    request, "INVALID_REQUEST", f"{exc}{why}; no worker was started"
+                )
         dialect = self.dialect
         try:
-            payload = dialect.encode(request)
+            payload = dialect.encode(sent)
         except ValueError as exc:
             return refused_outcome(
-                request,
+                sent,
                 "INVALID_REQUEST",
                 f"the request has no {dialect.name} envelope: {exc}; no worker was started",
             )
         if len(payload) > MAX_REQUEST_BYTES:  # no worker may be asked to read past its cap
             return refused_outcome(
-                request,
+                sent,
                 "INVALID_REQUEST",
                 f"the request is {len(payload)} bytes, over the cap of {MAX_REQUEST_BYTES};"
                 " no worker was started",
             )
-        exchanged = await self.exchange(
-            payload, request.deadline_ms, request.limits.max_result_bytes, request.id
-        )
+        reader = None if sent.events is None else EventReader(sent.id, sent.events, on_event)
+        try:
+            exchanged = await self.exchange(
+                payload, sent.deadline_ms, sent.limits.max_result_bytes, sent.id, events=reader
+            )
+        finally:
+            if reader is not None:
+                reader.finish()
+                reader.close()  # a stream thread still running delivers nothing more
         if dialect is not V1_DIALECT:
             exchanged.runner_info["envelope"] = dialect.name
-        return call_outcome(request, exchanged, dialect)
+        return call_outcome(sent, exchanged, dialect, reader)
 
-    async def describe(self, timeout_s: float = 30.0) -> DescribeOutcome:
-        """The worker's DescribeResult; UnsupportedExchange for a dialect without one."""
+    async def describe(self, timeout_s: float = 30.0, version: str = VERSION) -> DescribeOutcome:
+        """The worker's DescribeResult; UnsupportedExchange for a dialect without one.
+        `version` is the DescribeRequest's (1.1 asks for capabilities)."""
         if not self.dialect.describes:
             raise UnsupportedExchange(
                 f"workers speaking the {self.dialect.name} envelope have no describe exchange"
             )
         deadline_ms = int((time.time() + timeout_s) * 1000)
         exchanged = await self.exchange(
-            codec.encode(DescribeRequest()), deadline_ms, DESCRIBE_MAX_BYTES, "describe"
+            codec.encode(DescribeRequest(version=version)),
+            deadline_ms,
+            DESCRIBE_MAX_BYTES,
+            "describe",
         )
         return _describe_outcome(exchanged, DESCRIBE_MAX_BYTES)
+
+    async def capabilities(self) -> frozenset[str]:
+        """What the worker declares (`files`, `events`): the runner's
+        `declared_capabilities` when it was given some, else its DescribeResult at 1.1
+        (at 1.0, with no capabilities, for a worker that refuses 1.1), asked once and
+        cached (per runner; per `capability_key()` where a subclass has one). None for a
+        dialect without describe; none, uncached, when describe fails."""
+        found, _ = await self._learn_capabilities(CAPABILITIES_TIMEOUT_S)
+        return found
+
+    async def capability_key(self) -> Hashable | None:
+        """A key shared by the runners of one worker, so that they describe it once
+        between them; None (the default): each runner asks for itself."""
+        return None
+
+    async def _learn_capabilities(self, timeout_s: float) -> tuple[frozenset[str], str]:
+        """The capabilities, and why there are none when describe failed (`" (...)"`)."""
+        if self.declared_capabilities is not None:
+            return self.declared_capabilities, ""
+        if not self.dialect.describes:
+            return frozenset(), f" (workers speaking {self.dialect.name} declare none)"
+        key = await self.capability_key()
+        memo = _SHARED_CAPABILITIES if key is not None else self._own_capabilities()
+        cached = memo.get(key)
+        if cached is not None:
+            return cached, ""
+        if timeout_s <= 0:
+            return frozenset(), " (the call's deadline left no time to describe the worker)"
+        problem = ""
+        for version in (LATEST_VERSION, VERSION):
+            outcome = await self.describe(timeout_s, version)
+            if outcome.describe is not None:
+                found = memo[key] = capabilities_of(outcome.describe)
+                logger.debug("worker capabilities (describe at %s): %s", version,
+                             ", ".join(sorted(found)) or "none")  # fmt: skip
+                return found, ""
+            problem = f"{outcome.error_code}: {outcome.message}"
+            if outcome.error_code == "WORKER_START_FAILED":  # no worker: asking again won't do
+                break
+        else:
+            if outcome.error_code == "MALFORMED_OUTPUT":  # it answered, badly, twice
+                memo[key] = frozenset()  # asking again on every call would not help
+        logger.warning("cannot learn the worker's capabilities (describe at %s, then %s): %s;"
+                       " it is taken to have none", LATEST_VERSION, VERSION, problem)  # fmt: skip
+        return frozenset(), f" (its describe failed: {problem})"
+
+    def _own_capabilities(self) -> dict[Hashable, frozenset[str]]:
+        memo: dict[Hashable, frozenset[str]] | None = self.__dict__.get("_capability_memo")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_capability_memo", memo)  # frozen dataclasses too
+        return memo
 
 
 def seconds_until(deadline_ms: int) -> float:

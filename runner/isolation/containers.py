@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -80,6 +80,8 @@ def labels_for(call: str, role: str = "call") -> dict[str, str]:
 class SweepReport:
     removed: list[str]
     kept: list[str]
+    #: Egress networks removed (egress.sweep_networks), after their containers.
+    networks: list[str] = field(default_factory=list)
 
 
 def sweep(api: Any, *, everything: bool = False) -> SweepReport:
@@ -101,6 +103,10 @@ def sweep(api: Any, *, everything: bool = False) -> SweepReport:
                 api.remove_container(summary["Id"], force=True)
             except docker.errors.NotFound:
                 logger.debug("sweep: container %s was already gone", name)
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: another sweep is removing it right now
+                    raise
+                logger.debug("sweep: container %s is being removed by another sweep", name)
             logger.info("sweep: removed container %s (owner %s, call %s)", name,
                         labels.get(LABEL_OWNER, "?"), labels.get(LABEL_CALL, "?"))  # fmt: skip
             removed.append(name)

@@ -22,10 +22,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import selectors
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -42,7 +43,18 @@ from envelopes.agents_exe import docker_policy
 from runner.isolation.base import ExchangeRunner, RunnerClosed, seconds_until
 from runner.isolation.containers import labels_for, sweep
 from runner.isolation.dialect import Dialect, EnvelopeName, dialect_for
+from runner.isolation.egress import (
+    EgressError,
+    EgressPolicy,
+    Gateway,
+    network_info,
+    open_gateway,
+    sweep_networks,
+)
+from runner.isolation.events import EventReader
+from runner.isolation.negotiation import FileLimits
 from runner.isolation.outcome import Exchange, Intervention, TailBuffer
+from runner.isolation.runtimes import RuntimeUnavailable, check_runtime, unknown_runtime_now
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +63,8 @@ MiB = 1024 * 1024
 #: process_vm_* and io_uring open to a non-root process; this one refuses them.
 #: Shipped inside the package, so wheel installs have it too.
 DEFAULT_SECCOMP_PROFILE = str(Path(__file__).with_name("seccomp-profile.json"))
+#: A runtime's name as the engine's daemon.json registers it.
+RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FRAME_HEADER = 8
 _STDOUT, _STDERR = 1, 2
 
@@ -75,6 +89,12 @@ class ContainerLimits:
     env: Mapping[str, str] = field(default_factory=dict)
     #: Path of a seccomp profile (JSON); None: the engine's own default profile instead.
     seccomp_profile: str | None = DEFAULT_SECCOMP_PROFILE
+    #: The OCI runtime the engine starts the container with, by its registered name: runc
+    #: (the host's kernel, shared) or runsc (gVisor: a user-space kernel between the worker
+    #: and the host's; registered by scripts/lib/engine.sh). Never replaced by another.
+    runtime: str = "runc"
+    #: Egress through an allow-list proxy (egress.py) instead of no network; None: none.
+    egress: EgressPolicy | None = None
 
     def __post_init__(self) -> None:
         positive = ("memory_bytes", "pids", "tmpfs_bytes", "shm_bytes", "open_files",
@@ -88,6 +108,32 @@ class ContainerLimits:
             raise ValueError(f"ContainerLimits.cpus must be in (0, 256], got {self.cpus}")
         if not self.network:
             raise ValueError("ContainerLimits.network must name a network ('none' for none)")
+        if self.egress is not None and self.network != "none":
+            raise ValueError("ContainerLimits: set egress or network, not both (with egress"
+                             " the call gets its own internal network)")  # fmt: skip
+        if not RUNTIME_NAME.fullmatch(self.runtime):
+            raise ValueError(
+                f"ContainerLimits.runtime must name a runtime of the engine (runc, runsc),"
+                f" got {self.runtime!r}"
+            )
+
+    def info(self) -> dict[str, Any]:
+        """The limits as a call reports them (runner_info["limits"]); `seccomp` is
+        "default" (our profile), "engine" (the engine's own), a profile's path, or
+        "gvisor" under runsc, which does not load the profile (runtimes.py says why)."""
+        seccomp = self.seccomp_profile or "engine"
+        if self.runtime == "runsc":
+            seccomp = "gvisor"
+        return {
+            "memory_bytes": self.memory_bytes,
+            "cpus": self.cpus,
+            "pids": self.pids,
+            "tmpfs_bytes": self.tmpfs_bytes,
+            "read_only_root": self.read_only_root,
+            "user": self.user,
+            "seccomp": "default" if seccomp == DEFAULT_SECCOMP_PROFILE else seccomp,
+            "runtime": self.runtime,
+        }
 
     def host_config(self, api: docker.APIClient) -> dict[str, Any]:
         config: dict[str, Any] = api.create_host_config(
@@ -110,6 +156,7 @@ class ContainerLimits:
             ipc_mode="private",
             log_config=LogConfig(type="none"),
             privileged=False,
+            runtime=self.runtime,
         )
         return config
 
@@ -144,12 +191,17 @@ class DockerRunner(ExchangeRunner):
         command: list[str] | None = None,
         api: docker.APIClient | None = None,
         envelope: EnvelopeName = "v1",
+        file_limits: FileLimits | None = None,
+        capabilities: frozenset[str] | None = None,
     ) -> None:
         self.image = image
         self.limits = limits or ContainerLimits()
         self.command = command
         #: The envelope the worker speaks (see dialect.py).
         self.envelope = envelope
+        #: Caps on a call's input files; capabilities given instead of asked (base.py).
+        self.file_limits = file_limits or FileLimits()
+        self.declared_capabilities = capabilities
         self._dialect = dialect_for(envelope, docker_policy(image))
         self._api = api
         self._owns_api = api is None
@@ -186,7 +238,13 @@ class DockerRunner(ExchangeRunner):
         return self._dialect
 
     async def exchange(
-        self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
+        self,
+        payload: bytes,
+        deadline_ms: int,
+        stdout_cap: int,
+        call_label: str,
+        *,
+        events: EventReader | None = None,
     ) -> Exchange:
         if self._closed:
             raise RunnerClosed(f"the DockerRunner for {self.image!r} is closed")
@@ -194,7 +252,22 @@ class DockerRunner(ExchangeRunner):
         async def cold_start() -> Started:
             return await self.start_container(call_label)
 
-        return await self.converse(payload, deadline_ms, stdout_cap, cold_start)
+        return await self.converse(payload, deadline_ms, stdout_cap, cold_start, events=events)
+
+    async def capability_key(self) -> Hashable | None:
+        """The image's id and the command: runners of one image (new runner objects, the
+        warm pool) describe it once between them, and a rebuilt image is asked again."""
+
+        def image_id() -> str:
+            return str(self.api().inspect_image(self.image)["Id"])
+
+        try:
+            found = await anyio.to_thread.run_sync(image_id)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            logger.debug("no image id for %s (%s): its capabilities are this runner's own",
+                         self.image, exc)  # fmt: skip
+            return None
+        return ("docker", found, tuple(self.command or ()), self.envelope)
 
     async def start_container(self, call_label: str, role: str = "call") -> Started:
         """Create, attach and start a container whose worker then waits on stdin."""
@@ -208,14 +281,20 @@ class DockerRunner(ExchangeRunner):
         stdout_cap: int,
         acquire: Callable[[], Awaitable[Started]],
         release: Callable[[Started], Awaitable[None]] | None = None,
+        *,
+        events: EventReader | None = None,
     ) -> Exchange:
         """The one call lifecycle, whoever started the container: take it from
         `acquire` (a cold start, or a warm pool), write the request, read the reply
         under caps and the deadline, collect the exit status, and remove the container
         whatever happens: here, or by `release` (a pool removes it in its own background
         task, off the call's path). The deadline is the request's: it starts when the
-        call does, not when the container was made."""
-        ex = Exchange(runner_info={"runner": "docker", "image": self.image})
+        call does, not when the container was made. `events` reads stderr's event lines
+        in the stream thread and delivers each on this event loop as it completes."""
+        ex = Exchange(runner_info={"runner": "docker", "image": self.image,
+                                   "runtime": self.limits.runtime,
+                                   "limits": self.limits.info()})  # fmt: skip
+        ex.runner_info["network"] = network_info(self.limits.network, self.limits.egress)
         started_at = time.monotonic()
         if seconds_until(deadline_ms) <= 0:
             ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
@@ -238,9 +317,12 @@ class DockerRunner(ExchangeRunner):
                 deadline_ms,
                 stdout_cap,
                 self.limits.max_stderr_bytes,
+                events.from_thread() if events is not None else None,
                 abandon_on_cancel=True,
             )
             await anyio.to_thread.run_sync(self._finish, container.id, stream, ex)
+            if container.gateway is not None:  # its refusals, before the call returns
+                await anyio.to_thread.run_sync(container.gateway.collect, ex.runner_info)
         finally:
             if container is not None:
                 with anyio.CancelScope(shield=True):
@@ -257,30 +339,62 @@ class DockerRunner(ExchangeRunner):
             container.sock.shutdown(socket.SHUT_RDWR)
         container.sock.close()
         self._remove(container.id)
+        if container.gateway is not None:  # after the sandbox: the network is empty now
+            container.gateway.close()
         logger.debug("removed container %s (call %s)", container.id[:12], container.call)
 
     # --- steps, each run in a worker thread (the docker SDK blocks) -------------------
 
     def _create_and_start(self, call_label: str, role: str = "call") -> Started:
+        """The sandbox, after its egress gateway when it has a policy (egress.py): the
+        gateway lives and is removed with it."""
+        if self.limits.egress is None:
+            return self._create_sandbox(call_label, role)
+        try:
+            gateway = open_gateway(self.api(), self.limits.egress, call_label,
+                                   runtime=self.limits.runtime)  # fmt: skip
+        except EgressError as exc:
+            raise StartFailed(str(exc)) from None
+        try:
+            started = self._create_sandbox(call_label, role, gateway)
+        except BaseException:
+            gateway.close()
+            raise
+        started.gateway = gateway
+        return started
+
+    def _create_sandbox(
+        self, call_label: str, role: str, gateway: Gateway | None = None
+    ) -> Started:
         api = self.api()
+        try:  # never a fallback: a runtime the engine lacks is a failed start
+            check_runtime(api, self.limits.runtime, network=self.limits.network,
+                          pids=self.limits.pids)  # fmt: skip
+        except RuntimeUnavailable as exc:
+            raise StartFailed(str(exc)) from None
+        host_config, environment = self.limits.host_config(api), dict(self.limits.env)
+        if gateway is not None:  # its internal network, its proxy as resolver and proxy
+            gateway.configure(host_config, environment)
         try:
             created = api.create_container(
                 self.image,
                 command=self.command,
                 stdin_open=True,  # with detach=False the SDK also sets StdinOnce: EOF works
                 user=self.limits.user,
-                environment=dict(self.limits.env),
+                environment=environment,
                 working_dir="/tmp",
                 hostname=None if self.limits.network == "host" else "sandbox",
-                network_disabled=self.limits.network == "none",
+                network_disabled=self.limits.network == "none" and gateway is None,
                 labels=labels_for(call_label, role=role),
-                host_config=self.limits.host_config(api),
+                host_config=host_config,
             )
         except docker.errors.ImageNotFound:
             raise StartFailed(
                 f"image {self.image!r} is not on this engine (build it: scripts/build-images)"
             ) from None
         except docker.errors.APIError as exc:
+            if "unknown runtime" in str(exc.explanation).lower():  # the cached list was stale
+                raise StartFailed(unknown_runtime_now(api, self.limits.runtime)) from None
             raise StartFailed(
                 f"the engine refused to create the container: {exc.explanation}"
             ) from None
@@ -320,7 +434,11 @@ class DockerRunner(ExchangeRunner):
                 logger.debug("container %s: kill refused: %s", container_id[:12], exc)
         try:
             status = api.wait(container_id, timeout=30)["StatusCode"]
-            oom_killed = bool(api.inspect_container(container_id)["State"].get("OOMKilled"))
+            inspected = api.inspect_container(container_id)
+            oom_killed = bool(inspected["State"].get("OOMKilled"))
+            # What really ran: the image's id and the runtime the engine used.
+            ex.runner_info["image_id"] = inspected.get("Image")
+            ex.runner_info["runtime"] = inspected["HostConfig"].get("Runtime") or "runc"
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             # The engine lost track of it; it is removed in any case. Report a kill.
             logger.warning("container %s: the engine gave no exit status: %s",
@@ -331,7 +449,7 @@ class DockerRunner(ExchangeRunner):
             bytes(stream.stdout), stream.stdout_bytes, stream.stdout_truncated
         )  # fmt: skip
         ex.stderr_tail, ex.stderr_bytes = stream.stderr.tail(), stream.stderr.total
-        ex.stderr_truncated = stream.stderr_truncated or stream.stderr.total > len(ex.stderr_tail)
+        ex.stderr_truncated = stream.stderr_truncated or stream.stderr.truncated()
         if status > 128 and status <= 128 + 64:  # the init reports a signal as 128 + n
             ex.signal = status - 128
         else:
@@ -364,6 +482,8 @@ class Started:
     #: The call it was started for (the pool's label until a call takes it).
     call: str = ""
     started_at: float = field(default_factory=time.monotonic)
+    #: Its egress gateway (internal network and proxy) when the call has a policy.
+    gateway: Gateway | None = None
 
 
 async def _sweep_once(runner: DockerRunner) -> None:
@@ -373,7 +493,8 @@ async def _sweep_once(runner: DockerRunner) -> None:
         _SWEPT = True
         try:
             # runner.api() may negotiate the API version: it blocks, so it is in the thread.
-            await anyio.to_thread.run_sync(lambda: sweep(runner.api()))
+            await anyio.to_thread.run_sync(lambda: (sweep(runner.api()),
+                                                    sweep_networks(runner.api())))  # fmt: skip
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             _SWEPT = False  # try again with the next call
             logger.warning("the first sweep of this process could not reach the engine: %s",
@@ -391,15 +512,21 @@ class _Stream:
     intervention: Intervention | None = None
     detail: str = ""
     eof: bool = False  # the worker's streams ended on their own
+    events: EventReader | None = None  # stderr's event lines, when the request has events
 
 
 def _pump(
-    sock: socket.socket, payload: bytes, deadline_ms: int, stdout_cap: int, stderr_cap: int
+    sock: socket.socket,
+    payload: bytes,
+    deadline_ms: int,
+    stdout_cap: int,
+    stderr_cap: int,
+    event_reader: EventReader | None = None,
 ) -> _Stream:
     """Write the request, half-close, and demultiplex the reply until EOF, a cap or the
     deadline. One thread, non-blocking: a worker that never reads stdin cannot block
     the reading of its output."""
-    stream = _Stream()
+    stream = _Stream(events=event_reader)
     pending = memoryview(payload)
     buffer = bytearray()
     sock.setblocking(False)
@@ -469,7 +596,9 @@ def _demux(buffer: bytearray, stream: _Stream, stdout_cap: int, stderr_cap: int)
                 stream.detail = f"stdout passed max_result_bytes={stdout_cap}"
                 return
         elif kind == _STDERR:
-            stream.stderr.write(data)
+            # With events, each complete event line is delivered by feed(), right here.
+            kept = data if stream.events is None else stream.events.feed(data)
+            stream.stderr.write(kept, len(data))
             if stream.stderr.total > stderr_cap:
                 stream.stderr_truncated = True
                 stream.intervention = "stderr_too_large"

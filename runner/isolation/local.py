@@ -28,7 +28,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -37,6 +37,8 @@ import anyio.to_thread
 from envelopes.agents_exe import local_process_policy
 from runner.isolation.base import ExchangeRunner, seconds_until
 from runner.isolation.dialect import ENVELOPES, Dialect, EnvelopeName, dialect_for
+from runner.isolation.events import EventReader
+from runner.isolation.negotiation import FileLimits
 from runner.isolation.outcome import Exchange, Intervention, TailBuffer
 
 logger = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ class ProcessLimits:
             raise ValueError("ProcessLimits.max_stderr_bytes must be positive")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LocalProcessRunner(ExchangeRunner):
     argv: Sequence[str]
     limits: ProcessLimits = field(default_factory=ProcessLimits)
@@ -86,6 +88,31 @@ class LocalProcessRunner(ExchangeRunner):
     env: Mapping[str, str] = field(default_factory=dict)
     #: The envelope the worker speaks (see dialect.py).
     envelope: EnvelopeName = "v1"
+    #: Caps on a call's input files (envelope 1.1).
+    file_limits: FileLimits = field(default_factory=FileLimits)
+    #: `capabilities=`: what the worker declares, given instead of asked (base.py).
+    declared_capabilities: frozenset[str] | None = None
+
+    # Written out because `capabilities=` must not become a field: it would hide the
+    # `capabilities()` method every runner has.
+    def __init__(
+        self,
+        argv: Sequence[str],
+        limits: ProcessLimits | None = None,
+        env_allow: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        envelope: EnvelopeName = "v1",
+        *,
+        file_limits: FileLimits | None = None,
+        capabilities: frozenset[str] | None = None,
+    ) -> None:
+        values = {"argv": argv, "limits": limits or ProcessLimits(), "env_allow": env_allow,
+                  "env": {} if env is None else env, "envelope": envelope,
+                  "file_limits": file_limits or FileLimits(),
+                  "declared_capabilities": capabilities}  # fmt: skip
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and a for a in self.argv):
@@ -107,6 +134,26 @@ class LocalProcessRunner(ExchangeRunner):
         if "/" in program and not os.path.isabs(program):
             program = os.path.abspath(program)
         return [program, *rest]
+
+    async def capability_key(self) -> Hashable | None:
+        """The command, the envelope, the explicit environment and the identity (inode,
+        size, mtime) of every argument naming a file: runners of one worker made per call
+        (as sessions do) describe it once between them, and an edited script is asked
+        again."""
+        files = []
+        for index, argument in enumerate(self.command()):
+            if "/" in argument:
+                path: str | None = argument
+            else:  # the program is looked up on PATH; other bare words name no file
+                path = shutil.which(argument) if index == 0 else None
+            try:
+                found = os.stat(path) if path else None
+            except OSError:
+                found = None
+            if found is not None:
+                files.append((argument, found.st_ino, found.st_size, found.st_mtime_ns))
+        return ("local", tuple(self.command()), tuple(files), self.envelope,
+                tuple(sorted(self.env.items())))  # fmt: skip
 
     def worker_environment(self, workdir: str) -> dict[str, str]:
         names = (*DEFAULT_ENV_ALLOW, *self.env_allow)
@@ -144,9 +191,16 @@ class LocalProcessRunner(ExchangeRunner):
         return [str(_PRLIMIT), *flags, "--", *command]
 
     async def exchange(
-        self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
+        self,
+        payload: bytes,
+        deadline_ms: int,
+        stdout_cap: int,
+        call_label: str,
+        *,
+        events: EventReader | None = None,
     ) -> Exchange:
-        ex = Exchange(runner_info={"runner": "local", "argv": list(self.argv), "call": call_label})
+        ex = Exchange(runner_info={"runner": "local", "argv": list(self.argv), "call": call_label,
+                                   "runtime": "process"})  # fmt: skip
         started = time.monotonic()
         if seconds_until(deadline_ms) <= 0:
             ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
@@ -163,7 +217,7 @@ class LocalProcessRunner(ExchangeRunner):
                 return ex
             ex.runner_info["pid"] = proc.pid
             logger.debug("call %s: started worker pid %d", call_label, proc.pid)
-            await _Supervisor(proc, self.limits, ex).run(payload, deadline_ms, stdout_cap)
+            await _Supervisor(proc, self.limits, ex, events).run(payload, deadline_ms, stdout_cap)
         finally:
             if proc is not None:
                 _kill_group(proc.pid, signal.SIGKILL)
@@ -226,10 +280,17 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
 class _Supervisor:
     """Feeds, drains and watches one started process until it ends or the deadline."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], limits: ProcessLimits, ex: Exchange) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        limits: ProcessLimits,
+        ex: Exchange,
+        events: EventReader | None = None,
+    ) -> None:
         self.proc = proc
         self.limits = limits
         self.ex = ex
+        self.events = events
         self.stdout = bytearray()
         self.stderr = TailBuffer()
         self.readers_done = 0
@@ -260,7 +321,7 @@ class _Supervisor:
             self.ex.stdout = bytes(self.stdout)
             self.ex.stderr_tail = self.stderr.tail()
             self.ex.stderr_bytes = self.stderr.total
-            self.ex.stderr_truncated |= self.stderr.total > len(self.ex.stderr_tail)
+            self.ex.stderr_truncated |= self.stderr.truncated()
 
     async def _wait_exit(self) -> None:
         try:
@@ -332,7 +393,9 @@ class _Supervisor:
         fd = self.proc.stderr.fileno()
         cap = self.limits.max_stderr_bytes
         while chunk := await self._read(fd):
-            self.stderr.write(chunk)
+            # With events, each complete event line is delivered by feed(), right here.
+            kept = chunk if self.events is None else self.events.feed(chunk)
+            self.stderr.write(kept, len(chunk))
             if self.stderr.total > cap:
                 self.ex.stderr_truncated = True
                 self._stop("stderr_too_large", f"stderr passed the runner's cap of {cap} bytes")

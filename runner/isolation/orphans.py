@@ -24,6 +24,7 @@ import docker.errors
 import requests.exceptions
 
 from runner.isolation.containers import SweepReport, my_owner_token, owner_alive, sweep
+from runner.isolation.egress import sweep_networks
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ def sweep_containers(*, everything: bool = False) -> SweepReport:
     api = _engine(ENGINE_TIMEOUT_S)
     try:
         report = sweep(api, everything=everything)
+        # Then the egress networks: their proxies were among the containers just removed.
+        report.networks.extend(sweep_networks(api, everything=everything))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise EngineUnavailable(f"the Docker engine went away mid-sweep: {exc}") from exc
     finally:

@@ -6,34 +6,42 @@ into a result envelope is the same for every runner, so it lives here once:
 `call_outcome()` for tool calls, `describe_outcome()` for the describe exchange. It is the
 same for every envelope too: the dialect (dialect.py) only decodes stdout and says which
 exit statuses it defines.
+
+Envelope 1.1 adds what the runner checks on top of the strict decoding: a worker may not
+send `error.output_tail` (the runner's own: the end of what the worker streamed, put on
+WORKER_TIMEOUT, WORKER_OOM and WORKER_CRASHED), nor 1.1 fields in a 1.0 result, and
+media `path`s obey the path rules, are unique, and stay within the request's `collect`
+caps in number and decoded bytes.
 """
 
 from __future__ import annotations
 
-import re
 import signal as signals
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envelopes import codec
+from envelopes.bounds import COLLECT_DEFAULT_MAX_BYTES, COLLECT_DEFAULT_MAX_FILES, VERSION
+from envelopes.files import fold, path_problem
 from envelopes.v1 import (
     RUNNER_CODE_RETRYABLE,
     DescribeResult,
     ErrorCode,
+    ErrorInfo,
     RunnerErrorCode,
     ToolCallRequest,
     ToolCallResult,
+    base64_decoded_size,
+    media_parts,
 )
 from runner.isolation.dialect import V1_DIALECT, Dialect
+from runner.isolation.events import CONTROL_CHARACTERS, EventReader, WorkerEvent
 
 #: How much of the worker's stderr an outcome keeps (the end, where errors are).
 STDERR_TAIL_BYTES = 64 * 1024
 
-#: Characters a terminal or an editor acts on instead of showing: C0 controls but tab, LF
-#: and CR (ESC starts ANSI sequences), DEL, C1 controls, and the Unicode bidi controls.
-_CONTROL_CHARACTERS = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
+#: The codes after which the runner adds what the worker streamed (`error.output_tail`).
+_TAIL_CODES = frozenset({"WORKER_TIMEOUT", "WORKER_OOM", "WORKER_CRASHED"})
 
 #: Why a runner stepped in; None when the worker ran to its own end.
 Intervention = Literal["start_failed", "timeout", "oom", "stdout_too_large", "stderr_too_large"]
@@ -74,6 +82,11 @@ class CallOutcome:
     #: The result or the stderr tail carries control or bidi characters (see
     #: `has_control_characters`): they are delivered intact, but show them escaped.
     control_characters: bool = False
+    #: The last events delivered (1.1 `events`; their text is escaped already), and how
+    #: many event lines were dropped (over the budget) or invalid.
+    events: tuple[WorkerEvent, ...] = ()
+    events_dropped: int = 0
+    events_invalid: int = 0
 
     @property
     def ok(self) -> bool:
@@ -95,6 +108,9 @@ class CallOutcome:
             "stderr_truncated": self.stderr_truncated,
             "stderr_tail": self.stderr_tail,
             "control_characters": self.control_characters,
+            "events": [event.to_json() for event in self.events],
+            "events_dropped": self.events_dropped,
+            "events_invalid": self.events_invalid,
             "runner": self.runner_info,
         }
 
@@ -110,21 +126,28 @@ class DescribeOutcome:
 
 
 class TailBuffer:
-    """Counts every byte written and keeps only the last `keep` of them."""
+    """Counts every byte written and keeps only the last `keep` of them. A writer that
+    filters what it keeps (event lines out of stderr) says how many bytes it read."""
 
     def __init__(self, keep: int = STDERR_TAIL_BYTES) -> None:
         self.keep = keep
-        self.total = 0
+        self.total = 0  # bytes read
+        self.offered = 0  # bytes offered for keeping
         self._data = bytearray()
 
-    def write(self, chunk: bytes) -> None:
-        self.total += len(chunk)
+    def write(self, chunk: bytes, read: int | None = None) -> None:
+        self.total += len(chunk) if read is None else read
+        self.offered += len(chunk)
         self._data += chunk
         if len(self._data) > 2 * self.keep:
             del self._data[: len(self._data) - self.keep]
 
     def tail(self) -> bytes:
         return bytes(self._data[-self.keep :])
+
+    def truncated(self) -> bool:
+        """Whether the tail lost some of what was offered to it."""
+        return self.offered > min(len(self._data), self.keep)
 
 
 def has_control_characters(value: Any) -> bool:
@@ -133,7 +156,7 @@ def has_control_characters(value: Any) -> bool:
     bidi overrides. Worker output is data; whoever shows it to a person escapes it
     (`json.dumps` with ensure_ascii=True does) when this says so."""
     if isinstance(value, str):
-        return _CONTROL_CHARACTERS.search(value) is not None
+        return CONTROL_CHARACTERS.search(value) is not None
     if isinstance(value, dict):
         return any(has_control_characters(k) or has_control_characters(v) for k, v in value.items())
     if isinstance(value, list):
@@ -180,12 +203,16 @@ def _crash_message(ex: Exchange, dialect: Dialect = V1_DIALECT) -> str | None:
 
 
 def call_outcome(
-    request: ToolCallRequest, ex: Exchange, dialect: Dialect = V1_DIALECT
+    request: ToolCallRequest,
+    ex: Exchange,
+    dialect: Dialect = V1_DIALECT,
+    events: EventReader | None = None,
 ) -> CallOutcome:
-    """Classify an exchange for a ToolCallRequest; the first matching rule wins:
-    the runner's intervention, a crash (signal, or an exit status the dialect does not
-    define: v1 has 0 and 1), output that is not one valid result for this request in the
-    dialect's envelope, then the exit-code rule (v1: 0 = ok, 1 = error).
+    """Classify an exchange for a ToolCallRequest (the one sent); the first matching rule
+    wins: the runner's intervention, a crash (signal, or an exit status the dialect does
+    not define: v1 has 0 and 1), output that is not one valid result for this request in
+    the dialect's envelope (1.1: see `result_problem`), then the exit-code rule (v1: 0 =
+    ok, 1 = error). `events` is the call's EventReader when the request asked for events.
     """
     limit = f"max_result_bytes={request.limits.max_result_bytes}"
     result: ToolCallResult
@@ -205,6 +232,8 @@ def call_outcome(
     else:
         try:
             result = dialect.decode(ex.stdout, request)
+            if (problem := result_problem(result, request)) is not None:
+                raise codec.MalformedOutput(problem)
         except codec.MalformedOutput as exc:
             result = _runner_error(request.id, request.version, "MALFORMED_OUTPUT", str(exc))
         else:
@@ -217,6 +246,8 @@ def call_outcome(
                     f"status {result.status!r} must come with exit status {expected_exit},"
                     f" got {ex.exit_code}",
                 )
+    if events is not None and result.error is not None and result.error.code in _TAIL_CODES:
+        result = _with_output_tail(result, events.output_tail())
     stderr_tail = ex.stderr_tail.decode("utf-8", errors="replace")
     return CallOutcome(
         result=result,
@@ -230,7 +261,54 @@ def call_outcome(
         stderr_tail=stderr_tail,
         runner_info=ex.runner_info,
         control_characters=has_control_characters([result.to_wire(), stderr_tail]),
+        events=tuple(events.events) if events is not None else (),
+        events_dropped=events.dropped if events is not None else 0,
+        events_invalid=events.invalid if events is not None else 0,
     )
+
+
+def _with_output_tail(result: ToolCallResult, tail: str) -> ToolCallResult:
+    """`result` (a runner's error) with what the worker streamed before it ended."""
+    if not tail or result.error is None:
+        return result
+    error = ErrorInfo(code=result.error.code, message=result.error.message,
+                      retryable=result.error.retryable, output_tail=tail)  # fmt: skip
+    return ToolCallResult(id=result.id, version=result.version, status="error", error=error)
+
+
+def result_problem(result: ToolCallResult, request: ToolCallRequest) -> str | None:
+    """What the runner refuses in a decoded result beyond the schema, or None:
+    `error.output_tail` (the runner's alone), a 1.1 field in a 1.0 result, media `path`s
+    breaking the path rules, repeated (compared case-folded), or past the request's
+    `collect` caps (64 files and 16 MiB without `collect`) in number or decoded bytes."""
+    if result.error is not None and result.error.output_tail is not None:
+        return "error.output_tail: only the runner may set it"
+    if result.output is None:
+        return None
+    # The models refuse most of this already; the runner checks again with its own rules.
+    with_path = [(where, part) for where, part in media_parts(result.output) if part.path]
+    if with_path and result.version == VERSION:
+        return f"{with_path[0][0]}.path: a 1.1 field, in a {VERSION} result"
+    collect = request.collect
+    max_files = collect.max_files if collect is not None else COLLECT_DEFAULT_MAX_FILES
+    max_bytes = collect.max_bytes if collect is not None else COLLECT_DEFAULT_MAX_BYTES
+    seen: dict[str, str] = {}
+    total = 0
+    for count, (where, part) in enumerate(with_path, start=1):
+        path = part.path
+        assert path is not None
+        problem = path_problem(path)
+        if problem is not None:
+            return f"{where}.path: {problem}"
+        first = seen.setdefault(fold(path), where)
+        if first != where:
+            return f"{where}.path: the same path as {first}.path (compared case-folded)"
+        if count > max_files:
+            return f"{where}.path: more than max_files={max_files} files"
+        total += base64_decoded_size(part.base64_data)
+        if total > max_bytes:
+            return f"{where}.path: over max_bytes={max_bytes} bytes decoded in all"
+    return None
 
 
 def refused_outcome(request: ToolCallRequest, code: ErrorCode, message: str) -> CallOutcome:
@@ -252,4 +330,7 @@ def describe_outcome(ex: Exchange, max_bytes: int) -> DescribeOutcome:
         described = codec.decode_describe_result(ex.stdout, max_bytes)
     except codec.MalformedOutput as exc:
         return DescribeOutcome(None, "MALFORMED_OUTPUT", str(exc), ex)
+    if described.version == VERSION and described.capabilities is not None:
+        message = f"capabilities: a 1.1 field, in a {VERSION} DescribeResult"
+        return DescribeOutcome(None, "MALFORMED_OUTPUT", message, ex)
     return DescribeOutcome(described, None, "", ex)

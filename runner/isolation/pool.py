@@ -36,7 +36,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Hashable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -50,6 +50,8 @@ from requests.exceptions import RequestException
 from runner.isolation.base import ExchangeRunner, Runner, RunnerClosed, seconds_until
 from runner.isolation.dialect import Dialect
 from runner.isolation.docker import DockerRunner, Started, StartFailed
+from runner.isolation.events import EventReader
+from runner.isolation.negotiation import FileLimits
 from runner.isolation.outcome import Exchange
 
 logger = logging.getLogger(__name__)
@@ -458,8 +460,26 @@ class PooledRunner(ExchangeRunner):
     async def aclose(self) -> None:
         self._closed = True
 
+    @property
+    def file_limits(self) -> FileLimits:  # type: ignore[override]
+        return self.docker.file_limits
+
+    @property
+    def declared_capabilities(self) -> frozenset[str] | None:  # type: ignore[override]
+        return self.docker.declared_capabilities
+
+    async def capability_key(self) -> Hashable | None:
+        """The DockerRunner's: a pooled runner knows what a cold one of its image knows."""
+        return await self.docker.capability_key()
+
     async def exchange(
-        self, payload: bytes, deadline_ms: int, stdout_cap: int, call_label: str
+        self,
+        payload: bytes,
+        deadline_ms: int,
+        stdout_cap: int,
+        call_label: str,
+        *,
+        events: EventReader | None = None,
     ) -> Exchange:
         if self._closed:
             raise RunnerClosed(f"this pooled runner for {self.docker.image!r} is closed")
@@ -476,7 +496,7 @@ class PooledRunner(ExchangeRunner):
 
         with self.pool._track_call():
             return await self.docker.converse(
-                payload, deadline_ms, stdout_cap, warm_or_cold, release=release
+                payload, deadline_ms, stdout_cap, warm_or_cold, release=release, events=events
             )
 
 

@@ -19,8 +19,14 @@ loses an event; each stream reads the store itself only to catch up.
 
 uvicorn does not tell an app it is stopping while a response streams, so whoever stops
 the server calls `close_streams(app)` first (the lifespan's end is too late: uvicorn
-runs it after the streams are gone). Progress events of running calls, when the runner
-streams them, will be handed to the hub beside the log's events.
+runs it after the streams are gone).
+
+Live output (`call.output`): what a running call's worker streams, heard from this
+process's CallOutputBus (runner.session.output: the calls `serve`'s own worker loop and
+its resumes run), is offered to the subscribers beside the log's events, as an Event
+whose seq is LIVE_SEQ. It is not in the log: such a message has no `id` (a client's
+Last-Event-ID stays the last logged event's), a stream catching up from the store never
+replays it, and a subscriber that is behind misses it. docs/events.md says why.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from runner.server.auth import Grant
 from runner.server.problems import Problem, responses
 from runner.server.routes import Caller, Config, call, require
+from runner.session.output import CALL_OUTPUT, CallOutputBus, LiveOutput
 from runner.stores import DurableStore, Event, StoreError
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,16 @@ QUEUE_SIZE = 1000
 RETRY_S = 1.0
 
 Wants = Callable[[Event], bool]
+#: The seq of a live event (never a row of the log, whose seqs start at 1).
+LIVE_SEQ = 0
+#: The kind of a running call's live output.
+CALL_OUTPUT_KIND = "call.output"
+
+
+def live_event(item: LiveOutput) -> Event:
+    """A running call's event as the hub hands it out (not a row of the log)."""
+    return Event(LIVE_SEQ, item.session_id, CALL_OUTPUT_KIND, item.call_id, item.to_json(),
+                 item.event.at_ms)  # fmt: skip
 
 
 class Subscriber:
@@ -142,6 +159,14 @@ class EventHub:
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self._subscribers.discard(subscriber)
 
+    def offer_live(self, item: LiveOutput) -> None:
+        """A running call's output, for the subscribers following now (on the hub's loop)."""
+        if self.closed:
+            return
+        event = [live_event(item)]
+        for subscriber in list(self._subscribers):
+            subscriber.offer(event)
+
     def close(self) -> None:
         """End every stream (at its next step) and refuse new ones."""
         self.closed = True
@@ -169,11 +194,15 @@ def close_streams(app: FastAPI) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     hub = EventHub(app.state.settings.store)
     app.state.events = hub
+    # The process's bus unless the app was given another (app.state.call_output).
+    bus: CallOutputBus = getattr(app.state, "call_output", CALL_OUTPUT)
+    unsubscribe = bus.subscribe(hub.offer_live)  # here: called on this loop
     async with anyio.create_task_group() as group:
         group.start_soon(hub.run)
         try:
             yield
         finally:
+            unsubscribe()
             hub.close()
             group.cancel_scope.cancel()
 
@@ -228,6 +257,10 @@ KnownSession = Annotated[str, Depends(known_session)]
 
 
 def message(event: Event) -> ServerSentEvent:
+    if event.seq == LIVE_SEQ:  # not in the log: no id, so Last-Event-ID is left as it was
+        body = {"kind": event.kind, "at_ms": event.at_ms, **event.data}
+        return ServerSentEvent(raw_data=json.dumps(body, separators=(",", ":")),
+                               event=event.kind)  # fmt: skip
     body = {"seq": event.seq, "kind": event.kind, "at_ms": event.at_ms, **event.data}
     return ServerSentEvent(raw_data=json.dumps(body, separators=(",", ":")), event=event.kind,
                            id=str(event.seq))  # fmt: skip
@@ -264,7 +297,9 @@ async def stream(
                         cursor = max(cursor, target)
             elif subscriber.queue:
                 event = subscriber.queue.popleft()
-                if event.seq > cursor:
+                if event.seq == LIVE_SEQ:
+                    yield message(event)
+                elif event.seq > cursor:
                     yield message(event)
                     cursor = event.seq
             else:
@@ -275,7 +310,10 @@ async def stream(
 
 #: The 200 answer's description (FastAPI documents its text/event-stream items).
 STREAM: dict[int | str, dict[str, Any]] = {
-    200: {"description": "Server-Sent Events: `id: <seq>`, `event: <kind>`, `data: <JSON>`"}
+    200: {
+        "description": "Server-Sent Events: `id: <seq>`, `event: <kind>`, `data: <JSON>`;"
+        " a running call's live `call.output` has no `id` (it is not in the log)"
+    }
 }
 
 

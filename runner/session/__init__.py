@@ -9,7 +9,9 @@
 agent.py: the agent file; policy.py: dispositions and the policy; scheduler.py: the
 public DurableAgent; gate.py: the lease/version/poison/expiry gate; stepper.py: steps;
 commands.py: wake and the operator's commands; execute.py: how one call runs;
-storage.py: store calls off the event loop and the capability checks; stored.py: the
+output.py: what an isolated call's worker streams, kept with the call and published live;
+storage.py: store calls off the event loop and the capability checks; audit.py: where
+each isolated call's audit record goes (AGENTS_RUNNER_AUDIT); stored.py: the
 DurableAgent of each stored agent, kept for a long-running process; leases.py: holding
 and renewing a lease; operator.py: what an operator is shown. Session values and their
 state tables live in runner.state; the engine sees isolation only through the Runner

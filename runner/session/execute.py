@@ -51,8 +51,10 @@ from runner.isolation import (
     Runner,
     owner_environment,
 )
+from runner.isolation.events import WorkerEvent
 from runner.session.agent import Agent
 from runner.session.leases import Holder
+from runner.session.output import LiveOutput, OutputTail
 from runner.session.policy import (
     AnyDecorator,
     AnyDisposition,
@@ -104,6 +106,8 @@ def container_limits(spec: DockerSpec) -> ContainerLimits:
         pids=d.pids if spec.pids is None else spec.pids,
         tmpfs_bytes=d.tmpfs_bytes if spec.tmpfs_bytes is None else spec.tmpfs_bytes,
         network=d.network if spec.network is None else spec.network,
+        runtime=d.runtime if spec.runtime is None else spec.runtime,
+        egress=None if spec.egress is None else spec.egress.policy(),
     )
 
 
@@ -298,6 +302,7 @@ class CallExecutor:
     async def _isolated_on(
         self, runner: Runner, call: TrackedCall, base: RunIsolated
     ) -> ToolResult:
+        runner = self.rt.audited(runner)  # the one place every isolated call is audited
         spec = base.spec
         extensions = None
         if spec.envelope == "agents-exe":  # what agents-exe's request has and v1's has not
@@ -324,10 +329,36 @@ class CallExecutor:
         await self._record(call, "requested")
         crash_point("ledger.requested")
         await self._record(call, "started")
-        outcome = await runner.call(request)
+        outcome = await self._streamed(runner, request, call)
         await self._record(call, "completed", encode(outcome.result).decode())
         crash_point("ledger.completed")
         return from_outcome(outcome)
+
+    async def _streamed(
+        self, runner: Runner, request: ToolCallRequest, call: TrackedCall
+    ) -> CallOutcome:
+        """`runner.call`, its worker's events published live as they come and their end
+        kept as the call's `output`: stored by the commit that stores the result (or
+        the one that sets the call back to ready when the step gives up on it), never
+        by a commit of its own (runner.session.output)."""
+        tail = OutputTail(call.attempts)
+        bus, session_id, attempt = self.rt.call_output, self.session.id, call.attempts
+
+        def on_event(event: WorkerEvent) -> None:
+            tail.add(event)
+            bus.publish(LiveOutput(session_id, call.id, call.tool, attempt, event))
+
+        outcome: CallOutcome | None = None
+        try:
+            outcome = await runner.call(request, on_event=on_event)
+            tail.absorb(outcome.events)
+        finally:  # a cancelled attempt (timeout, a yield) keeps what it streamed too
+            dropped, invalid = (0, 0) if outcome is None else (
+                outcome.events_dropped, outcome.events_invalid)  # fmt: skip
+            record = tail.record(dropped, invalid)
+            if record is not None:  # else the last attempt that streamed keeps its own
+                call.output = record  # assigned whole: a commit may be serializing the call
+        return outcome
 
 
 def retryable(result: ToolResult) -> bool:

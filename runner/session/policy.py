@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from runner.isolation import EnvelopeName
+from runner.isolation import EgressPolicy, EnvelopeName
 from runner.llm import RequestedCall
 
 
@@ -75,6 +75,28 @@ Decorator = Annotated[AnyDecorator, Field(discriminator="tag")]
 # --- isolation specs -----------------------------------------------------------------
 
 
+class EgressSpec(_Spec):
+    """`egress` on a docker spec: the container reaches the `allow`ed `host:port`s (and
+    `*.domain:port`s) through an egress proxy of its own, and nothing else. `network`:
+    the Docker network the proxy reaches them through (unset: $AGENTS_RUNNER_EGRESS_NETWORK;
+    "bridge" is Docker's default route out). Checked as EgressPolicy checks it."""
+
+    allow: Annotated[list[str], Field(min_length=1, max_length=256)]
+    network: Annotated[str | None, Field(min_length=1)] = None
+    allow_addresses: Annotated[
+        list[str], Field(alias="allowAddresses", max_length=256, default_factory=list)
+    ]
+
+    @model_validator(mode="after")
+    def _valid(self) -> EgressSpec:
+        self.policy()  # its ValueError names the entry and what is wrong with it
+        return self
+
+    def policy(self) -> EgressPolicy:
+        return EgressPolicy(tuple(self.allow), upstream_network=self.network,
+                            allow_addresses=tuple(self.allow_addresses))  # fmt: skip
+
+
 class DockerSpec(_Spec):
     """Run in a fresh container of `image`; unset limits keep ContainerLimits' defaults."""
 
@@ -86,11 +108,23 @@ class DockerSpec(_Spec):
     pids: Annotated[int | None, Field(ge=1)] = None
     tmpfs_bytes: Annotated[int | None, Field(alias="tmpfsBytes", ge=1)] = None
     network: Annotated[str | None, Field(min_length=1)] = None
+    #: The engine's runtime for its containers, warm ones included: runc (unset) or runsc
+    #: (gVisor), unless `--runtime` or AGENTS_RUNNER_RUNTIME says otherwise.
+    runtime: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] = None
     timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
     max_result_bytes: Annotated[int, Field(alias="maxResultBytes", ge=1)] = 1024 * 1024
     #: Warm containers a process keeps ready for this spec (unset or 0: none), unless
     #: `--pool-size` or AGENTS_RUNNER_POOL_SIZE says otherwise (runner/cli/pooling.py).
     pool: Annotated[int | None, Field(ge=0, le=64)] = None
+    #: Egress through an allow-list proxy instead of no network (unset: no network).
+    egress: EgressSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_network(self) -> DockerSpec:
+        if self.egress is not None and self.network is not None:
+            raise ValueError("a docker spec takes `network` or `egress`, not both (with"
+                             " egress the call gets its own internal network)")  # fmt: skip
+        return self
 
 
 class LocalProcessSpec(_Spec):

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.isolation import Runner
+from runner.isolation.audit import AuditedRunner, AuditSink
 from runner.llm import LLM
 from runner.session.agent import Agent
 from runner.session.leases import Holder
+from runner.session.output import CALL_OUTPUT, CallOutputBus
 from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations
 from runner.session.storage import Storage
@@ -39,6 +41,18 @@ class Runtime:
     conversations: Conversations
     deployment_runner: Runner | None = None
     cache: ToolCache | None = None
+    #: Where each isolated call's audit record goes (None: not audited), and whether a
+    #: record that cannot be written fails the call (runner.session.audit).
+    audit: AuditSink | None = None
+    audit_fail_closed: bool = False
+    #: Where the events isolated calls stream are published live (runner.session.output).
+    call_output: CallOutputBus = CALL_OUTPUT
+
+    def audited(self, runner: Runner) -> Runner:
+        """`runner` writing an audit record of each call (it stays the caller's to close)."""
+        if self.audit is None:
+            return runner
+        return AuditedRunner(runner, self.audit, fail_closed=self.audit_fail_closed)
 
     async def commit(self, session: Session, holder: Holder) -> None:
         """Save under the lease's fence; the session takes the new version."""

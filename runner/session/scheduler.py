@@ -17,10 +17,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import anyio.to_thread
 
 from runner.isolation import Runner
+from runner.isolation.audit import AuditSink
 from runner.llm import (
     LLM,
     EnvironmentProvider,
@@ -31,9 +33,11 @@ from runner.llm import (
 )
 from runner.session import commands, stepper
 from runner.session.agent import Agent
+from runner.session.audit import AuditSetting, default_audit, open_audit
 from runner.session.execute import runner_for_spec
 from runner.session.gate import GateSettings, SessionError, open_session
 from runner.session.leases import Holder
+from runner.session.output import CALL_OUTPUT, CallOutputBus
 from runner.session.policy import Policy
 from runner.session.prompt import Conversations, llm_request
 from runner.session.reports import StepReport, WakeReport
@@ -66,7 +70,8 @@ class DurableAgent:
     (made per operation and closed after it; an `llm` given here is the caller's to
     close); `deployment_runner`, when set, runs every RunIsolated call instead of the
     runner the spec names; `cache` backs the `cache` decorator; `tools` holds the
-    built-in Python tools; `clock` measures expiries and backoffs.
+    built-in Python tools; `clock` measures expiries and backoffs; `audit` says where
+    the record of each isolated call goes (runner.session.audit; default: the store).
     """
 
     agent: Agent
@@ -89,9 +94,15 @@ class DurableAgent:
     allow_agent_change: bool = False
     #: Accept a store that cannot fence: only this process advances its sessions.
     single_process: bool = False
+    #: Where the events isolated calls stream are published live (the process's bus
+    #: unless given another; runner.session.output).
+    call_output: CallOutputBus = field(default=CALL_OUTPUT, compare=False)
     #: The messages sent to the model so far, per session: each request adds only the
     #: turns since the last one (runner.session.prompt).
     conversations: Conversations = field(init=False, repr=False, compare=False)
+    #: Where each isolated call's audit record goes (runner.session.audit): the store's
+    #: audit log unless AGENTS_RUNNER_AUDIT (or the setting given here) says otherwise.
+    audit: AuditSetting = field(default_factory=default_audit)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversations", Conversations(self.agent))
@@ -193,6 +204,12 @@ class DurableAgent:
 
     # --- plumbing ----------------------------------------------------------------------
 
+    @cached_property
+    def _audit_sink(self) -> AuditSink | None:
+        """Opened at the first operation, so that a copy made with another `audit`
+        (dataclasses.replace) never opens, or warns about, the one it replaces."""
+        return open_audit(self.audit, self.store)
+
     @property
     def _gate(self) -> GateSettings:
         return GateSettings(self.owner, self.lease_s, self.lease_wait_s, self.poison_after,
@@ -213,6 +230,8 @@ class DurableAgent:
                 policy=self.policy or self.agent.policy, tools=self.tools, clock=self.clock,
                 runner_factory=self.runner_factory, conversations=self.conversations,
                 deployment_runner=self.deployment_runner, cache=self.cache,
+                audit=self._audit_sink, audit_fail_closed=self.audit.fail_closed,
+                call_output=self.call_output,
             )  # fmt: skip
         finally:
             if self.llm is None:

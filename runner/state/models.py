@@ -18,7 +18,9 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-#: Version of the session document; a store refuses documents newer than this.
+#: Version of the session document; a store refuses documents newer than this. A field
+#: the engine only shows and never decides by (TrackedCall.output) is added without a
+#: bump: a document lacking it is complete as it is, so nothing needs migrating.
 SESSION_SCHEMA_VERSION = 3
 #: What each version changed, for the message that refuses an unmigrated session.
 SCHEMA_CHANGES = {
@@ -139,6 +141,33 @@ UserTurn.model_rebuild()
 Turn = Annotated[UserTurn | LlmTurn | PartialUserTurn, Field(discriminator="kind")]
 
 
+class CallEvent(Model):
+    """One event a call's worker streamed while it ran (runner.isolation.WorkerEvent,
+    stored): a `log` line of its `stream`, a `progress` `fraction` with `text` as its
+    message, or `partial` output. `seq` numbers the attempt's delivered events from 1."""
+
+    seq: int
+    at_ms: int
+    type: Literal["log", "progress", "partial"]
+    text: str = ""
+    stream: Literal["stdout", "stderr"] | None = None
+    fraction: float | None = None
+
+
+class CallOutput(Model):
+    """The end of what an isolated call's `attempt` streamed (runner.session.output
+    bounds it): its last `events`, oldest first, and its latest `progress` even when
+    that is older than them; `delivered` events in all, `dropped` over the budget (the
+    worker's count and the runner's), `invalid` lines the runner refused."""
+
+    attempt: int
+    events: list[CallEvent] = Field(default_factory=list)
+    progress: CallEvent | None = None
+    delivered: int = 0
+    dropped: int = 0
+    invalid: int = 0
+
+
 class TrackedCall(Model):
     """A tool call the runtime is responsible for, from classification to result."""
 
@@ -162,6 +191,10 @@ class TrackedCall(Model):
     expires_ms: int | None = None
     idempotency_key: str
     result: ToolResult | None = None
+    #: The end of what the worker streamed in the latest attempt that streamed anything
+    #: (isolated calls whose worker sends events; None otherwise, and in documents
+    #: written before events existed).
+    output: CallOutput | None = None
     created_ms: int = Field(default_factory=now_ms)
     updated_ms: int = Field(default_factory=now_ms)
 

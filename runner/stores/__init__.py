@@ -5,9 +5,10 @@ the effect ledger and the cache) and the compare-and-set rule; sqlite.py is the 
 durable default (one WAL file, numbered migrations); postgres/ is the same on a PostgreSQL
 server shared by many hosts (SKIP LOCKED claims, LISTEN/NOTIFY); files.py keeps sessions
 as JSON files (single process); composite.py reads through a list of stores and writes to
-the first.
+the first. audit.py keeps the audit trail of isolated calls in whichever of them is in use.
 """
 
+from runner.stores.audit import AuditLog, FileAuditLog, audit_log_of, audit_sink_of
 from runner.stores.base import (
     Claim,
     ClaimLost,
@@ -33,6 +34,7 @@ from runner.stores.postgres import PostgresStore
 from runner.stores.sqlite import SQLiteStore
 
 __all__ = [
+    "AuditLog",
     "Claim",
     "ClaimLost",
     "CompositeStore",
@@ -42,6 +44,7 @@ __all__ = [
     "Effect",
     "Event",
     "FencedOut",
+    "FileAuditLog",
     "FileSessionStore",
     "Lease",
     "PostgresStore",
@@ -53,6 +56,8 @@ __all__ = [
     "StoreUnavailable",
     "ToolCache",
     "VersionConflict",
+    "audit_log_of",
+    "audit_sink_of",
     "cache_key",
     "open_store",
 ]

@@ -59,6 +59,7 @@ from runner.stores.base import (
     cache_key,
 )
 from runner.stores.settled import SettledCalls, terminal_ids, with_earlier
+from runner.stores.sqlite_audit import SQLiteAudit
 from runner.stores.sqlite_claims import SQLiteClaims
 
 logger = logging.getLogger(__name__)
@@ -206,6 +207,31 @@ MIGRATIONS: list[str] = [
                              tool = json_extract(document, '$.tool');
     CREATE INDEX session_calls_deferred ON session_calls (tool) WHERE state = 'deferred';
     """,
+    # 7: the audit trail (runner.stores.audit): one row per isolated call, never changed
+    # (the triggers refuse it), indexed by time, session, tool and outcome. `record` is
+    # the whole record as JSON; the other columns are copies of its fields, for queries.
+    """
+    CREATE TABLE audit_records (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms INTEGER NOT NULL,
+        session_id TEXT,
+        call_id TEXT,
+        tool TEXT NOT NULL,
+        runner TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        record TEXT NOT NULL,
+        recorded_ms INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5)
+                                                         * 86400000) AS INTEGER))
+    );
+    CREATE INDEX audit_records_by_time ON audit_records (at_ms);
+    CREATE INDEX audit_records_by_session ON audit_records (session_id, at_ms);
+    CREATE INDEX audit_records_by_tool ON audit_records (tool, at_ms);
+    CREATE INDEX audit_records_by_outcome ON audit_records (outcome, at_ms);
+    CREATE TRIGGER audit_records_no_update BEFORE UPDATE ON audit_records
+    BEGIN SELECT RAISE(ABORT, 'audit_records is append-only'); END;
+    CREATE TRIGGER audit_records_no_delete BEFORE DELETE ON audit_records
+    BEGIN SELECT RAISE(ABORT, 'audit_records is append-only'); END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: SQLite's `synchronous` settings a store may use (WAL mode: see SQLiteStore).
@@ -221,6 +247,20 @@ DB_NOW = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration, one at a time (a trigger's body keeps its `;`s:
+    SQLite itself says when a statement is complete)."""
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip() != ";":
+                yield pending
+            pending = ""
+    if pending.strip(" \n;"):
+        raise ValueError(f"a migration ends inside a statement: {pending[:80]!r}")
 
 
 class _Connection:
@@ -260,7 +300,7 @@ class _Connection:
             self.db.close()
 
 
-class SQLiteStore(SQLiteClaims, DurableStore):
+class SQLiteStore(SQLiteClaims, SQLiteAudit, DurableStore):
     """Sessions, leases, the effect ledger, continuations and the tool cache in one file.
 
     Two connections: one for sessions, the ledger and the cache, one for leases only, so
@@ -338,9 +378,8 @@ class SQLiteStore(SQLiteClaims, DurableStore):
                     " upgrade agents-runner"
                 )
             for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[version - 1].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                for statement in _statements(MIGRATIONS[version - 1]):
+                    db.execute(statement)
                 db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, _now_ms()))
 
     def schema_version(self) -> int:

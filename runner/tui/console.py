@@ -1,6 +1,7 @@
 """The console's one main screen: the session list (filtered by typing) on the left; the
-selected session on the right (header, conversation, the Pending panel); the message
-editor and a status line at the bottom; the key bindings in the footer.
+selected session on the right (header, conversation, the live output of its running
+calls when they stream any, the Pending panel); the message editor and a status line at
+the bottom; the key bindings in the footer.
 
 Keys as agents-exe's: Ctrl+O moves the selection in the Pending panel, Ctrl+Y answers the
 selected call (the editor says which; Enter sends it with autoResume), Ctrl+W fails it
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: Quiet waits for a change (about a second each) between refreshes that only move ages.
 QUIET_REFRESH_EVERY = 5
+#: How often the live panel looks for output heard since it was last drawn (seconds).
+LIVE_REFRESH_S = 0.2
 
 CSS = """
 #body { height: 1fr; }
@@ -42,6 +45,8 @@ CSS = """
 #right { width: 1fr; }
 #header { height: auto; max-height: 5; padding: 0 1; background: $boost; }
 #conversation { height: 1fr; padding: 0 1; }
+#live { height: auto; max-height: 10; padding: 0 1; border-top: solid $primary-darken-2;
+        display: none; }
 #pending-title { height: 1; padding: 0 1; background: $warning-darken-3; }
 #pending { height: auto; max-height: 8; }
 #editor-label { height: 1; padding: 0 1; color: $text-muted; }
@@ -82,6 +87,7 @@ class ConsoleScreen(Screen[None]):
         self.answering: PendingRow | None = None
         self.status_text = ""
         self._shown: tuple[Any, ...] | None = None
+        self._live_shown: tuple[Any, ...] | None = None
         self._listed: list[str] = []
         self._refreshing = anyio.Lock()
 
@@ -96,6 +102,7 @@ class ConsoleScreen(Screen[None]):
                 yield Static("no session selected", id="header")
                 yield RichLog(id="conversation", wrap=True, markup=False, highlight=False,
                               min_width=20)  # fmt: skip
+                yield Static("", id="live", markup=False)
                 yield Static("Pending (0)", id="pending-title")
                 yield DataTable(id="pending", cursor_type="row")
         yield Static("", id="editor-label")
@@ -113,6 +120,7 @@ class ConsoleScreen(Screen[None]):
         self.run_worker(self.refresh_data(), group="refresh")
         if self.follow:
             self.run_worker(self._follow(), group="follow")
+        self.set_interval(LIVE_REFRESH_S, self.show_live)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -195,6 +203,23 @@ class ConsoleScreen(Screen[None]):
         self.query_one("#pending-title", Static).update(
             f"Pending ({len(tokens)})  Ctrl+O next · Ctrl+Y answer · Ctrl+W fail"
         )
+        self._live_shown = None  # a new document: draw the panel again
+        self.show_live()
+
+    def show_live(self) -> None:
+        """Draw the live panel again if output was heard, or the session changed, since
+        it was last drawn (the source fills `live` as the output arrives)."""
+        document, heard = self.document, self.source.live
+        key = (heard.generation, self.session_id)
+        if key == self._live_shown:
+            return
+        self._live_shown = key
+        panel = self.query_one("#live", Static)
+        text = None
+        if document is not None and self.session_id is not None:
+            text = render.live(document, heard.of(self.session_id))
+        panel.display = text is not None
+        panel.update(text or "")
 
     def _select(self, session_id: str) -> None:
         if session_id == self.session_id:

@@ -10,8 +10,14 @@ from typing import Any
 
 from rich.text import Text
 
+from runner.tui.source import LiveCall
+
 #: How much of a result or an argument list one line shows.
 SHOWN_CHARS = 300
+#: Call states that are over (their stored output shows in the conversation instead).
+ENDED = ("completed", "failed", "expired", "cancelled")
+#: Output lines the live panel shows per running call.
+LIVE_SHOWN_LINES = 3
 #: Call states that are still open (the Pending panel lists those a person can end).
 PENDING_STATES = ("deferred", "unknown_outcome")
 STATE_STYLES = {"completed": "green", "failed": "red", "expired": "red", "cancelled": "red",
@@ -125,7 +131,56 @@ def _call_line(asked: dict[str, Any], call: dict[str, Any] | None) -> Text:
         head.append(f"\n      → {_short(result_text(result))}", style)
     elif state in ("ready", "running"):
         head.append("\n      … running" if state == "running" else "\n      … to run")
+    output = call.get("output")
+    if isinstance(output, dict) and output.get("delivered"):
+        head.append(f"\n      ⋯ {_stored_output(output)}", "dim")
     return head
+
+
+def _stored_output(output: dict[str, Any]) -> str:
+    """A call's stored output in one line: how much, the last progress, the last line."""
+    words = [f"streamed {output.get('delivered')} event(s)"]
+    progress = output.get("progress")
+    if isinstance(progress, dict):
+        words.append(progress_text(progress))
+    lines = [e for e in output.get("events", []) if e.get("type") != "progress"]
+    if lines:
+        last = str(lines[-1].get("text", "")).rstrip("\n").rsplit("\n", 1)[-1]
+        words.append(f"last: {_short(last)}")
+    return " · ".join(words)
+
+
+def progress_text(event: dict[str, Any]) -> str:
+    """A progress event as `38% compiling 3 of 8`."""
+    fraction = event.get("fraction")
+    shown = f"{fraction:.0%}" if isinstance(fraction, int | float) else "?%"
+    message = str(event.get("text", ""))
+    return f"{shown} {_short(message)}" if message else shown
+
+
+def live(document: dict[str, Any], heard: list[LiveCall]) -> Text | None:
+    """The live panel: each call of the session heard streaming and not ended in the
+    document (which may not show it running yet: starting a call makes no event), with
+    its latest progress and its last lines; None when there is none to show."""
+    calls: dict[str, dict[str, Any]] = document.get("calls", {})
+    shown = [c for c in heard if calls.get(c.call_id, {}).get("state") not in ENDED]
+    if not shown:
+        return None
+    text = Text()
+    for n, call in enumerate(shown):
+        if n:
+            text.append("\n")
+        text.append("⚙ ", "cyan")
+        text.append(call.tool, "bold")
+        text.append(f" ({call.call_id})", "dim")
+        if call.attempt > 1:
+            text.append(f" · attempt {call.attempt}", "dim")
+        if call.progress is not None:
+            text.append(f"  {progress_text(call.progress)}", "cyan")
+        for where, line in list(call.lines)[-LIVE_SHOWN_LINES:]:
+            text.append(f"\n  {where}| ", "dim")
+            text.append(_short(line), "red" if where == "stderr" else "")
+    return text
 
 
 @dataclass(frozen=True)
@@ -170,4 +225,5 @@ def header(document: dict[str, Any]) -> Text:
     return text
 
 
-__all__ = ["PendingRow", "ago", "conversation", "disposition", "header", "pending", "until"]
+__all__ = ["PendingRow", "ago", "conversation", "disposition", "header", "live", "pending",
+           "progress_text", "until"]  # fmt: skip

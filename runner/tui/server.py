@@ -4,7 +4,8 @@ The endpoints are the server's (docs/openapi.json): the session list and documen
 continuations (complete and fail with `resume: true`, agents-exe's autoResume), the
 operator's resume, cancel and retry. Live updates come from GET /v1/events
 (Server-Sent Events, docs/events.md), followed in a background task that reconnects with
-Last-Event-ID; any event wakes `changes`. A problem answer (409 for a call someone else
+Last-Event-ID; any logged event wakes `changes`, and a running call's live output
+(`call.output`, which has no id) goes to `live`. A problem answer (409 for a call someone else
 completed, 404, 410...) becomes a SourceError carrying its detail.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ import httpx
 from runner.session import AgentError, load_agent
 from runner.tui.source import (
     CHANGE_WAIT_S,
+    LiveCalls,
     SessionRow,
     Source,
     SourceError,
@@ -73,6 +76,7 @@ class ServerSource(Source):
         self._woken = anyio.Event()
         #: The stream's state, for the title bar: connecting, live, or why it broke.
         self.stream_state = "connecting"
+        self.live = LiveCalls()
 
     async def _request(self, method: str, path: str, body: Any = None) -> Any:
         try:
@@ -188,6 +192,7 @@ class ServerSource(Source):
             if answer.status_code >= 400:
                 await answer.aread()
                 raise SourceError(_problem(answer))
+            kind = ""
             async for line in answer.aiter_lines():
                 if line.startswith(": subscribed"):
                     self.stream_state = "live"
@@ -195,6 +200,21 @@ class ServerSource(Source):
                 elif line.startswith("id:"):
                     self.last_event_id = line[3:].strip()
                     self._wake()
+                elif line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:") and kind == "call.output":
+                    self._heard(line[5:].strip())
+                elif not line:  # a message ends
+                    kind = ""
+
+    def _heard(self, data: str) -> None:
+        try:
+            found = json.loads(data)
+        except ValueError:
+            log.warning("a call.output message from %s is not JSON; ignored", self.url)
+            return
+        if isinstance(found, dict):
+            self.live.add(found)
 
     async def aclose(self) -> None:
         if self._listener is not None:

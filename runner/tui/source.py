@@ -12,7 +12,8 @@ else completed meanwhile, a refused resume, a store that cannot be reached) rais
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.session.results import ResultError, result_from_value, value_from_text
@@ -20,6 +21,10 @@ from runner.state import ToolResult
 
 #: How long a source waits for a change before the screens refresh anyway (ages, expiry).
 CHANGE_WAIT_S = 1.0
+#: Output lines the console keeps per running call (the screen shows the last few).
+LIVE_LINES = 20
+#: Running calls whose live output a source keeps (the oldest heard of is let go first).
+LIVE_CALLS = 64
 
 
 class SourceError(Exception):
@@ -60,6 +65,60 @@ def answer_result(text: str) -> ToolResult:
         raise SourceError(str(exc)) from exc
 
 
+@dataclass
+class LiveCall:
+    """What one running call's worker has streamed so far, as the console heard it."""
+
+    session_id: str
+    call_id: str
+    tool: str
+    attempt: int
+    #: The latest progress event (`fraction`, `text` its message), if any.
+    progress: dict[str, Any] | None = None
+    #: The last output lines: (`stdout`, `stderr` or `partial`, the line).
+    lines: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=LIVE_LINES))
+
+
+class LiveCalls:
+    """The running calls' live output a source has heard (`call.output`, see
+    docs/events.md), for the screen to draw; `generation` moves on each change."""
+
+    def __init__(self) -> None:
+        self._calls: OrderedDict[tuple[str, str], LiveCall] = OrderedDict()
+        self.generation = 0
+
+    def add(self, data: dict[str, Any]) -> None:
+        """One `call.output` message's data (runner.session.output.LiveOutput.to_json);
+        a malformed one is ignored (it comes from a server, maybe a newer one)."""
+        event = data.get("event")
+        session_id, call_id = data.get("session_id"), data.get("call_id")
+        if not (isinstance(event, dict) and isinstance(session_id, str)
+                and isinstance(call_id, str)):  # fmt: skip
+            return
+        found = data.get("attempt")
+        attempt = found if isinstance(found, int) else 0
+        key = (session_id, call_id)
+        call = self._calls.get(key)
+        if call is None or call.attempt != attempt:  # a new attempt starts afresh
+            call = LiveCall(session_id, call_id, str(data.get("tool", "")), attempt)
+        self._calls[key] = call
+        self._calls.move_to_end(key)
+        while len(self._calls) > LIVE_CALLS:
+            self._calls.popitem(last=False)
+        kind, text = event.get("type"), str(event.get("text", ""))
+        if kind == "progress":
+            call.progress = event
+        elif kind in ("log", "partial"):
+            where = str(event.get("stream", "stdout")) if kind == "log" else "partial"
+            for line in text.splitlines() or [""]:
+                call.lines.append((where, line))
+        self.generation += 1
+
+    def of(self, session_id: str) -> list[LiveCall]:
+        """The session's calls heard of, in the order they were first heard."""
+        return [c for (sid, _), c in self._calls.items() if sid == session_id]
+
+
 class Source(ABC):
     """What the console needs: read sessions, act on them, and hear about changes."""
 
@@ -67,6 +126,8 @@ class Source(ABC):
     description: str = "source"
     #: True when `start` can begin a new session (an agent file was given).
     can_start: bool = False
+    #: The running calls' live output this source hears (each source sets its own).
+    live: LiveCalls
 
     @abstractmethod
     async def now_ms(self) -> int:
@@ -127,6 +188,8 @@ def plural(count: int, word: str) -> str:
 
 __all__ = [
     "CHANGE_WAIT_S",
+    "LiveCall",
+    "LiveCalls",
     "SessionRow",
     "Source",
     "SourceError",

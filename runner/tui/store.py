@@ -5,7 +5,9 @@ session started with comes from the store, in asynchronous mode; a store without
 (the file store) is driven single-process. Every store call runs in a worker thread, never
 on the console's event loop. Live updates: a durable store's event log (a change shows as
 a new `last_event_seq`, `wait_for_events` returns early on this process's own writes);
-a store without one is polled.
+a store without one is polled. The live output of calls this process runs (a resume from
+the console) comes from the process's CallOutputBus (runner.session.output); a call
+another process runs shows its stored output once it ends.
 """
 
 from __future__ import annotations
@@ -35,9 +37,17 @@ from runner.session import (
     with_durable_workflows,
 )
 from runner.session.operator import conditions, session_document
+from runner.session.output import CALL_OUTPUT, LiveOutput
 from runner.state import Session, ToolResult, now_ms
 from runner.stores import DurableStore, SessionStore, StoreError
-from runner.tui.source import CHANGE_WAIT_S, SessionRow, Source, SourceError, answer_result
+from runner.tui.source import (
+    CHANGE_WAIT_S,
+    LiveCalls,
+    SessionRow,
+    Source,
+    SourceError,
+    answer_result,
+)
 from runner.tui.source import plural as _plural
 
 log = logging.getLogger(__name__)
@@ -95,6 +105,14 @@ class StoreSource(Source):
         self.description = store.description
         self.can_start = agent_file is not None
         self._seen_seq: int | None = None
+        self.live = LiveCalls()
+        self._unsubscribe = CALL_OUTPUT.subscribe(self._heard)
+
+    def _heard(self, item: LiveOutput) -> None:
+        self.live.add(item.to_json())
+
+    async def aclose(self) -> None:
+        self._unsubscribe()
 
     @property
     def durable(self) -> DurableStore | None:

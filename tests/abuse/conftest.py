@@ -8,12 +8,19 @@ during the call (the flood cases are the ones that push on it).
 
 Like tests/docker, these fail (not skip) when no engine answers; AGENTS_RUNNER_SKIP_DOCKER=1
 skips them explicitly.
+
+Every case that reaches the engine runs under each of RUNTIMES (runc and gVisor's runsc):
+the `case_runtime` fixture is parametrized for every test that uses `api`, and `run_call`
+builds its runner under that runtime. A case whose runsc variant differs takes
+`case_runtime` and asserts that variant explicitly (docs/abuse-cases.md, "runsc").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +31,14 @@ from envelopes.v1 import ToolCallRequest
 from runner.isolation import CallOutcome, ContainerLimits, DockerRunner
 from runner.isolation.containers import LABEL_CALL, LABEL_MANAGED, LABEL_OWNER, my_owner_token
 from tests.conftest import make_request
-from tests.docker.conftest import BASH_IMAGE, api, loopback_server, no_container_left_behind
+from tests.docker.conftest import (
+    BASH_IMAGE,
+    RUNTIMES,
+    api,
+    loopback_server,
+    no_container_left_behind,
+    require_runtime,
+)
 
 # Fixtures shared with tests/docker.
 __all__ = ["api", "loopback_server", "no_container_left_behind"]
@@ -36,6 +50,36 @@ MiB = 1024 * 1024
 RSS_BOUND_BYTES = 64 * MiB
 #: Result budget of a case unless it says otherwise (the default request's).
 RESULT_BYTES = 64 * 1024
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each case that reaches the engine (it uses `api`) once per runtime."""
+    if "api" in metafunc.fixturenames:
+        metafunc.parametrize("case_runtime", RUNTIMES, indirect=True)
+
+
+#: The runtime of the case running now (set by `case_runtime`).
+_runtime = "runc"
+
+
+@pytest.fixture(autouse=True)
+def case_runtime(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The runtime this case runs its calls under: runc, or runsc once the engine is seen
+    to have it; runc for a case that never reaches the engine."""
+    global _runtime
+    runtime = getattr(request, "param", "runc")
+    if runtime != "runc":
+        require_runtime(request.getfixturevalue("api"), runtime)
+    _runtime = runtime
+    try:
+        yield runtime
+    finally:
+        _runtime = "runc"
+
+
+def under_runtime(limits: ContainerLimits | None = None) -> ContainerLimits:
+    """`limits` (else the defaults) under the runtime of the case running now."""
+    return dataclasses.replace(limits or ContainerLimits(), runtime=_runtime)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -113,8 +157,9 @@ async def run_call(
     limits: ContainerLimits | None = None,
     runner: DockerRunner | None = None,
 ) -> CallOutcome:
-    """One call through a fresh DockerRunner (or `runner`); asserts it left nothing."""
-    runner = runner or DockerRunner(BASH_IMAGE, limits, api=api)
+    """One call through a fresh DockerRunner under the case's runtime (or `runner`);
+    asserts it left nothing."""
+    runner = runner or DockerRunner(BASH_IMAGE, under_runtime(limits), api=api)
     outcome = await runner.call(request)
     assert_call_left_nothing(api, request.id, outcome)
     return outcome

@@ -45,8 +45,8 @@ def local_runner(*argv: str, env: dict[str, str] | None = None) -> LocalProcessR
     return LocalProcessRunner(list(argv), env={**VERBOSE_ENV, **(env or {})})
 
 
-def docker_runner(image: str) -> DockerRunner:
-    return DockerRunner(image, ContainerLimits(env=VERBOSE_ENV))
+def docker_runner(image: str, runtime: str = "runc") -> DockerRunner:
+    return DockerRunner(image, ContainerLimits(env=VERBOSE_ENV, runtime=runtime))
 
 
 def require_program(name: str) -> str:

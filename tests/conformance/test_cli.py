@@ -31,6 +31,8 @@ def test_a_failing_worker_gets_json_with_the_failed_ids_and_exit_1() -> None:
     report = json.loads(done.stdout)
     assert report["ok"] is False
     assert report["failed"] == ["version.2.0", "version.0.9", "version.1.999"]
+    assert report["failed_by_level"] == {"required": report["failed"], "strict": []}
+    assert {c["level"] for c in report["checks"]} == {"required", "strict", "advisory"}
     assert {c["id"] for c in report["checks"]} >= {"describe.valid", "stdout.pure", "exit_code"}
 
 
@@ -45,6 +47,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path) -> None:
         ),
         (["--runner", "docker"], "--image"),
         (["--runner", "local", "--probe-timeout", "0", "--", "true"], "--probe-timeout"),
+        (["--runner", "local", "--fixture-json", "[1]", "--", "true"], "expected an object"),
+        (["--runner", "local", "--fixture-json", "{", "--", "true"], "is not JSON"),
+        (
+            ["--runner", "local", "--fixture", str(bad), "--fixture-json", "{}", "--", "true"],
+            "not both",
+        ),
     ]:
         done = worker_check(*args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)

@@ -1,5 +1,5 @@
-"""The four example workers pass worker-check through both runners (eight runs), and their
-`ledger_append` writes once per idempotency key."""
+"""The four example workers pass worker-check, `strict` level included, through both runners
+(eight runs), and their `ledger_append` writes once per idempotency key."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from tests.conformance.conftest import (
 )
 
 LANGUAGES = ("bash", "python", "node", "go")
+MALFORMED = ("empty", "truncated", "bom", "invalid_utf8", "duplicate_keys", "nan",
+             "lone_surrogate", "deep_nesting", "huge_string", "missing_field")  # fmt: skip
 
 
 def local_argv(language: str, request: pytest.FixtureRequest) -> list[str]:
@@ -52,8 +54,8 @@ def example_report(request: pytest.FixtureRequest, fixtures: dict) -> Report:
     return run_check(runner, fixtures)
 
 
-def test_the_example_passes_every_required_check(example_report: Report) -> None:
-    failed = {c.id: c.detail for c in example_report.failed()}
+def test_the_example_passes_every_required_and_strict_check(example_report: Report) -> None:
+    failed = {c.id: c.detail for c in example_report.failed(strict=True)}
     assert failed == {}, json.dumps(example_report.to_dict(), indent=1)
 
 
@@ -80,6 +82,7 @@ def test_the_example_exercises_the_whole_battery(example_report: Report) -> None
         "request.deep_nesting",
         "request.huge_string",
         "request.missing_field",
+        *(f"request.{probe}.strict" for probe in MALFORMED),
         "request.unknown_fields",
         "tool.unknown",
         "arguments.invalid",
@@ -88,8 +91,22 @@ def test_the_example_exercises_the_whole_battery(example_report: Report) -> None
         "stdout.pure",
         "exit_code",
         "output.controls",
+        "describe.capabilities",
     ]
     assert {i: checks[i].status for i in expected if i in checks} == dict.fromkeys(expected, "pass")
+    assert {checks[f"request.{probe}.strict"].level for probe in MALFORMED} == {"strict"}
+    assert checks["request.bom"].level == "required"
+
+
+def test_the_sdk_example_is_checked_at_1_1_and_the_others_stay_1_0(example_report: Report) -> None:
+    checks = example_report.by_id()
+    if checks["describe.valid"].detail.startswith("example-python "):  # on the SDK
+        assert checks["describe.capabilities"].detail == "1.1; capabilities: events, files"
+        assert checks["files.roundtrip"].status == "pass"
+        assert checks["files.parent_of_other.strict"].status == "pass"
+    else:  # written by hand for 1.0, unchanged: the 1.1 checks are skipped
+        assert "a 1.0 worker" in checks["describe.capabilities"].detail
+        assert (checks["files"].status, checks["events"].status) == ("skip", "skip")
 
 
 def ledger_call(key: str, entry: str, call_id: str) -> ToolCallRequest:

@@ -2,6 +2,10 @@
 
 They fail (not skip) when no engine answers, so a CI run cannot pass without proving
 them. Set AGENTS_RUNNER_SKIP_DOCKER=1 to skip them explicitly on a machine without Docker.
+
+The containment, abuse and worker-check suites run under each of RUNTIMES (the `runtime`
+fixture); the runsc variants fail when the engine has no runsc (scripts/test registers
+it: scripts/lib/engine.sh's ensure_runsc_runtime), unless AGENTS_RUNNER_RUNSC=off skips them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from tests.conftest import MISBEHAVE
 
 BASH_IMAGE = "agents-runner/bash-runner:latest"
 PYTHON_IMAGE = "agents-runner/python-runner:latest"
+#: The runtimes the containment, abuse and worker-check suites run under.
+RUNTIMES = ("runc", "runsc")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -52,6 +58,26 @@ def api() -> docker.APIClient:
         except docker.errors.ImageNotFound:
             pytest.fail(f"image {image} is missing; run scripts/build-images")
     return client
+
+
+def require_runtime(api: docker.APIClient, runtime: str) -> str:
+    """`runtime`, once the engine is seen to have it (runc: always)."""
+    if runtime == "runc":
+        return runtime
+    have = api.info().get("Runtimes") or {}
+    if runtime not in have:
+        why = (f"the engine has no runtime {runtime!r} (it has {sorted(have)}); scripts/test"
+               " registers runsc (scripts/lib/engine.sh's ensure_runsc_runtime)")  # fmt: skip
+        if os.environ.get("AGENTS_RUNNER_RUNSC") == "off":
+            pytest.skip(f"AGENTS_RUNNER_RUNSC=off: {why}")
+        pytest.fail(why)
+    return runtime
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest, api: docker.APIClient) -> str:
+    """Each runtime of RUNTIMES in turn, the engine having it."""
+    return require_runtime(api, request.param)
 
 
 def labelled_containers(api: docker.APIClient) -> list[dict]:

@@ -113,7 +113,7 @@ async def test_describe_through_docker(api):
     described = await DockerRunner(BASH_IMAGE, api=api).describe()
     assert described.describe is not None, described.message
     assert [t.name for t in described.describe.tools] == ["bash"]
-    assert described.describe.supported_versions == ["1.0"]
+    assert described.describe.supported_versions == ["1.0", "1.1"]
 
 
 async def test_a_raised_memory_limit_is_applied_with_equal_swap(api):

@@ -105,8 +105,8 @@ def test_an_isolated_call_is_stored_running_and_counted_before_its_worker_starts
     assert anyio.run(agent.resume, sid).status == "completed"
     # The lease (2), the first attempt, the answer, the results, the final answer (4),
     # and for the worker: stored running, the attempt counted, the ledger's requested,
-    # started and completed rows (5).
-    assert store.commits - before == 2 + 4 + 5
+    # started and completed rows (5), and its audit record (1).
+    assert store.commits - before == 2 + 4 + 5 + 1
 
 
 def test_a_request_is_built_from_kept_messages_and_the_history_is_read_once(store, monkeypatch):

@@ -146,6 +146,34 @@ MIGRATIONS: list[str] = [
                              tool = document::jsonb ->> 'tool';
     CREATE INDEX session_calls_deferred ON session_calls (tool, seq) WHERE state = 'deferred';
     """,
+    # 4: SQLite's schema 7, the audit trail: append-only (the trigger refuses UPDATE,
+    # DELETE and TRUNCATE), indexed by time, session, tool and outcome.
+    """
+    CREATE TABLE audit_records (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at_ms BIGINT NOT NULL,
+        session_id TEXT,
+        call_id TEXT,
+        tool TEXT NOT NULL,
+        runner TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        record TEXT NOT NULL,
+        recorded_ms BIGINT NOT NULL
+            DEFAULT (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint
+    );
+    CREATE INDEX audit_records_by_time ON audit_records (at_ms);
+    CREATE INDEX audit_records_by_session ON audit_records (session_id, at_ms);
+    CREATE INDEX audit_records_by_tool ON audit_records (tool, at_ms);
+    CREATE INDEX audit_records_by_outcome ON audit_records (outcome, at_ms);
+    CREATE FUNCTION audit_records_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'audit_records is append-only (% refused)', TG_OP;
+    END $$;
+    CREATE TRIGGER audit_records_no_change BEFORE UPDATE OR DELETE ON audit_records
+        FOR EACH ROW EXECUTE FUNCTION audit_records_append_only();
+    CREATE TRIGGER audit_records_no_truncate BEFORE TRUNCATE ON audit_records
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_records_append_only();
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: Held (for one transaction) by whoever migrates: an arbitrary constant of our own.

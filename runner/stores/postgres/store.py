@@ -29,6 +29,7 @@ from runner.stores.base import (
     VersionConflict,
     cache_key,
 )
+from runner.stores.postgres.audit import PostgresAudit
 from runner.stores.postgres.call_claims import CallClaims
 from runner.stores.postgres.claims import DUE_CHANNEL, Claims
 from runner.stores.postgres.connections import Connection, Database, one, rows
@@ -40,7 +41,7 @@ from runner.stores.sqlite import CALL_LIST, TURN, TURN_LIST
 logger = logging.getLogger(__name__)
 
 
-class PostgresStore(CallClaims, Claims, EventLog, DurableStore):
+class PostgresStore(CallClaims, Claims, EventLog, PostgresAudit, DurableStore):
     """Sessions, leases, the effect ledger, continuations and the tool cache in one
     PostgreSQL database, for any number of processes on any number of hosts.
 

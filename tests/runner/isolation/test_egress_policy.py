@@ -1,0 +1,199 @@
+"""EgressPolicy's checks and the proxy's rules, without an engine: the allow-list syntax
+with its errors, the address rule, and the DNS wire format the proxy speaks."""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import struct
+import sys
+from types import ModuleType
+
+import pytest
+
+from runner.isolation import ContainerLimits, EgressPolicy
+from runner.isolation.egress import EGRESS_NETWORK_ENV, network_info, parse_allow_entry
+from tests.conftest import REPO
+
+
+def load_proxy() -> ModuleType:
+    path = REPO / "images" / "egress-proxy" / "proxy.py"
+    spec = importlib.util.spec_from_file_location("egress_proxy", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["egress_proxy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+proxy = load_proxy()
+
+
+@pytest.mark.parametrize(
+    ("entry", "parsed"),
+    [
+        ("allowed.test:80", ("allowed.test", 80)),
+        ("Packages.Example.TEST.:443", ("packages.example.test", 443)),
+        ("*.corp.example:443", ("*.corp.example", 443)),
+        ("10.0.0.5:8080", ("10.0.0.5", 8080)),
+        ("[2001:db8::1]:443", ("2001:db8::1", 443)),
+    ],
+)
+def test_allow_entries_parse(entry, parsed):
+    assert parse_allow_entry(entry) == parsed
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ("allowed.test", "is not HOST:PORT"),
+        ("allowed.test:0", "from 1 to 65535"),
+        ("allowed.test:http", "from 1 to 65535"),
+        ("*:443", "is not a host name"),
+        ("a.*.example:443", "is not a host name"),
+        ("under_score.test:80", "is not a host name"),
+        ("127.0.0.1:80", "loopback"),
+        ("169.254.169.254:80", "never dials"),
+        ("[::1]:443", "never dials"),
+        ("[not-v6]:443", "is not an IPv6 address"),
+        ("2001:db8::1:443", "is not HOST:PORT"),
+    ],
+)
+def test_bad_allow_entries_say_what_is_wrong(entry, says):
+    with pytest.raises(ValueError, match=r"EgressPolicy\.allow\[0\]") as raised:
+        EgressPolicy((entry,))
+    assert says in str(raised.value)
+
+
+def test_a_policy_is_normalised_and_checked_as_a_whole():
+    policy = EgressPolicy(["B.test:80", "b.test:80", "[2001:DB8::1]:443"])  # a list is fine
+    assert policy.allow == ("b.test:80", "[2001:db8::1]:443")
+    with pytest.raises(ValueError, match="is empty"):
+        EgressPolicy(())
+    with pytest.raises(ValueError, match="a list of HOST:PORT"):
+        EgressPolicy("allowed.test:80")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"allow_addresses\[0\]"):
+        EgressPolicy(("a.test:80",), allow_addresses=("not a range",))
+    with pytest.raises(ValueError, match="never dials"):
+        EgressPolicy(("a.test:80",), allow_addresses=("169.254.0.0/16",))
+    for upstream in ("", "none", "host", "container:abc"):
+        with pytest.raises(ValueError, match="upstream_network"):
+            EgressPolicy(("a.test:80",), upstream_network=upstream)
+
+
+def test_egress_and_a_named_network_exclude_each_other():
+    with pytest.raises(ValueError, match="egress or network, not both"):
+        ContainerLimits(network="bridge", egress=EgressPolicy(("a.test:80",)))
+
+
+def test_the_upstream_comes_from_the_policy_or_the_environment(monkeypatch):
+    monkeypatch.delenv(EGRESS_NETWORK_ENV, raising=False)
+    assert EgressPolicy(("a.test:80",)).upstream() is None
+    monkeypatch.setenv(EGRESS_NETWORK_ENV, "corp-egress")
+    assert EgressPolicy(("a.test:80",)).upstream() == "corp-egress"
+    assert EgressPolicy(("a.test:80",), upstream_network="mine").upstream() == "mine"
+
+
+def test_network_info_says_what_a_call_got(monkeypatch):
+    monkeypatch.delenv(EGRESS_NETWORK_ENV, raising=False)
+    assert network_info("none", None) == {"mode": "none"}
+    assert network_info("host", None) == {"mode": "host"}
+    assert network_info("lab", None) == {"mode": "network", "name": "lab"}
+    policy = EgressPolicy(("a.test:80",), upstream_network="up")
+    assert network_info("none", policy) == {"mode": "egress", "allow": ["a.test:80"],
+                                            "upstream": "up"}  # fmt: skip
+
+
+# --- the proxy's rules ------------------------------------------------------------------
+
+
+def rules(**extra):
+    config = {"allow": ["allowed.test:80", "*.corp.example:443", "10.9.8.7:8080"],
+              "refuse": ["172.30.0.0/16", "172.31.0.1/32"],
+              "private": ["172.31.0.0/16", "10.1.0.0/16"], **extra}  # fmt: skip
+    return proxy.Rules(config)
+
+
+def test_names_match_exactly_or_under_a_wildcard():
+    r = rules()
+    assert r.name_allowed("allowed.test", 80)
+    assert not r.name_allowed("allowed.test", 443)
+    assert not r.name_allowed("sub.allowed.test", 80)
+    assert r.name_allowed("a.corp.example", 443) and r.name_allowed("a.b.corp.example", 443)
+    assert not r.name_allowed("corp.example", 443)  # the wildcard is for names under it
+    assert not r.name_allowed("evilcorp.example", 443)
+    assert r.name_allowed("allowed.test")  # DNS: on the list with any port
+    assert r.literal_allowed(ipaddress.ip_address("10.9.8.7"), 8080)
+    assert not r.literal_allowed(ipaddress.ip_address("10.9.8.7"), 80)
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("172.31.0.5", None),  # on the upstream network
+        ("10.1.2.3", None),  # a range the operator listed
+        ("8.8.8.8", None),  # global: never dialled by a test, only judged
+        ("172.31.0.1", "gateway"),  # the host's own address on the upstream
+        ("172.30.0.9", "own network"),  # the sandbox's network
+        ("127.0.0.1", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("::1", "loopback"),
+        ("224.0.0.1", "multicast"),
+        ("192.168.1.1", "private address outside"),
+    ],
+)
+def test_the_address_rule(address, refused):
+    reason = rules().address_refusal(ipaddress.ip_address(address))
+    assert (reason is None) if refused is None else (refused in reason)
+
+
+def test_a_listed_literal_lifts_only_the_private_rule():
+    r = rules()
+    assert r.address_refusal(ipaddress.ip_address("10.9.8.7"), listed=True) is None
+    assert "loopback" in r.address_refusal(ipaddress.ip_address("127.0.0.1"), listed=True)
+
+
+def test_ipv4_mapped_literals_are_judged_as_ipv4():
+    assert proxy.ip_literal("::ffff:127.0.0.1") == ipaddress.ip_address("127.0.0.1")
+    assert proxy.ip_literal("allowed.test") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [("a.test:80", ("a.test", 80)), ("A.Test.", ("a.test", 80)), ("[::1]:8080", ("::1", 8080)),
+     ("a.test:x", None), ("a:b:c", None), ("a.test:70000", None)],
+)  # fmt: skip
+def test_split_authority(text, parsed):
+    assert proxy.split_authority(text, 80) == parsed
+
+
+def test_forwarded_heads_drop_hop_by_hop_headers():
+    _, _, _, headers = proxy.parse_head(
+        b"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\nProxy-Authorization: secret\r\n"
+        b"Connection: keep-alive, X-Drop\r\nX-Drop: 1\r\nAccept: */*\r\n\r\n"
+    )
+    head = proxy.forwarded_head("GET", "/x", "HTTP/1.1", headers).decode()
+    assert head == "GET /x HTTP/1.1\r\nhost: a.test\r\naccept: */*\r\nconnection: close\r\n\r\n"
+    for bad in (b"GET / HTTP/2\r\n\r\n", b"GET /\r\n\r\n", b"GET / HTTP/1.1\r\n folded\r\n\r\n"):
+        with pytest.raises(proxy.BadRequest):
+            proxy.parse_head(bad)
+
+
+def query(name: str, qtype: int = 1, flags: int = 0x0100) -> bytes:
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
+    return struct.pack("!6H", 42, flags, 1, 0, 0, 0) + labels + b"\0" + struct.pack("!HH", qtype, 1)
+
+
+def test_dns_queries_parse_and_answers_are_well_formed():
+    parsed = proxy.Query(query("Allowed.TEST", qtype=28))
+    assert (parsed.id, parsed.name, parsed.qtype, parsed.qclass) == (42, "allowed.test", 28, 1)
+    answer = parsed.answer(0, [ipaddress.ip_address("2001:db8::1")])
+    ident, flags, qd, an, ns, ar = struct.unpack("!6H", answer[:12])
+    assert (ident, flags & 0x800F, qd, an, ns, ar) == (42, 0x8000, 1, 1, 0, 0)
+    assert answer.endswith(ipaddress.ip_address("2001:db8::1").packed)
+    nx = struct.unpack("!6H", proxy.Query(query("x.test")).answer(3)[:12])
+    assert nx[1] & 0xF == 3 and nx[3] == 0
+    for bad in (b"short", query("a.test", flags=0x8100), query("a.test")[:-3],
+                struct.pack("!6H", 1, 0x0100, 2, 0, 0, 0)):  # fmt: skip
+        with pytest.raises(ValueError):
+            proxy.Query(bad)
