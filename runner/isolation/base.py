@@ -30,6 +30,9 @@ from collections.abc import Hashable
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+import anyio
+import anyio.lowlevel
+
 from envelopes import codec
 from envelopes.bounds import LATEST_VERSION, VERSION
 from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
@@ -62,6 +65,9 @@ DESCRIBE_MAX_BYTES = 1024 * 1024
 CAPABILITIES_TIMEOUT_S = 30.0
 #: What describe said, for runners that share a key (DockerRunner: the image's id).
 _SHARED_CAPABILITIES: dict[Hashable, frozenset[str]] = {}
+#: One describe at a time per worker and event loop: concurrent first calls (a session
+#: with 16 calls at once) wait for the first one's answer instead of each describing.
+_DESCRIBING: dict[tuple[object, Hashable], anyio.Lock] = {}
 
 
 @runtime_checkable
@@ -226,6 +232,17 @@ class ExchangeRunner(AsyncClosing):
         cached = memo.get(key)
         if cached is not None:
             return cached, ""
+        flight = (anyio.lowlevel.current_token(), key if key is not None else id(self))
+        lock = _DESCRIBING.setdefault(flight, anyio.Lock())
+        async with lock:
+            cached = memo.get(key)
+            if cached is not None:  # learnt while this call waited
+                return cached, ""
+            return await self._describe_for_capabilities(memo, key, timeout_s)
+
+    async def _describe_for_capabilities(
+        self, memo: dict[Hashable, frozenset[str]], key: Hashable | None, timeout_s: float
+    ) -> tuple[frozenset[str], str]:
         if timeout_s <= 0:
             return frozenset(), " (the call's deadline left no time to describe the worker)"
         problem = ""

@@ -89,6 +89,21 @@ async def test_runners_made_per_call_describe_one_worker_once_between_them(tmp_p
         "DescribeRequest", "DescribeRequest", "ToolCallRequest"]  # fmt: skip
 
 
+async def test_calls_that_start_together_wait_for_one_describe(tmp_path: Path):
+    record = tmp_path / "seen.jsonl"
+    outcomes = []
+
+    async def one() -> None:
+        outcomes.append(await worker(record, "--v10").call(make_request("run"), lambda e: None))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(one)
+    assert all(o.ok for o in outcomes) and len(outcomes) == 6
+    kinds = [r["kind"] for r in recorded(record)]
+    assert kinds.count("DescribeRequest") == 2 and kinds.count("ToolCallRequest") == 6
+
+
 async def test_explicit_capabilities_skip_describe(tmp_path: Path):
     record = tmp_path / "seen.jsonl"
     runner = worker(record, capabilities=frozenset({"events"}))
