@@ -663,19 +663,29 @@ async def test_concurrent_calls_get_gateways_of_their_own(api, upstream):
     mine = [f"{LABEL_MANAGED}=1", f"{LABEL_OWNER}={my_owner_token()}"]
     members: list[list[str]] = []
 
-    def gateways() -> list[dict[str, Any]]:
-        found = [api.inspect_network(n["Id"]) for n in api.networks(filters={"label": mine})
-                 if n["Name"].startswith(NETWORK_PREFIX)]  # fmt: skip
-        return [n for n in found if len(n.get("Containers") or {}) == 2]
+    def gateways() -> list[list[str]]:
+        """The roles of the containers on each of our egress networks holding two. The
+        engine lists an endpoint being made or removed as `ep-<id>`, with no container
+        behind it yet: such a network is not counted until its members are real."""
+        found = []
+        for summary in api.networks(filters={"label": mine}):
+            if not summary["Name"].startswith(NETWORK_PREFIX):
+                continue
+            try:
+                ids = list(api.inspect_network(summary["Id"]).get("Containers") or {})
+                if len(ids) != 2 or any(i.startswith("ep-") for i in ids):
+                    continue
+                found.append(sorted(api.inspect_container(i)["Config"]["Labels"][LABEL_ROLE]
+                                    for i in ids))  # fmt: skip
+            except docker.errors.NotFound:
+                continue  # a member came or went while we looked: look again
+        return found
 
     async def watch() -> None:
         with anyio.fail_after(60):
             while len(found := await anyio.to_thread.run_sync(gateways)) < 2:  # noqa: ASYNC110
                 await anyio.sleep(0.1)  # the engine's state: nothing to wait on but polling
-        for network in found:
-            roles = [api.inspect_container(c)["Config"]["Labels"][LABEL_ROLE]
-                     for c in network["Containers"]]  # fmt: skip
-            members.append(sorted(roles))
+        members.extend(found)
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(watch)
