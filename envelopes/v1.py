@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, TypeGuard, get_args
 
@@ -34,6 +33,8 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+
+from envelopes import files
 
 # The bounds of 1.1's members, used below (import them from envelopes.bounds).
 from envelopes.bounds import (
@@ -364,8 +365,9 @@ def _checked_glob(value: str) -> str:
 
 def path_key(path: str) -> str:
     """What two paths are compared by for duplicates: Unicode case folding, then NFC, so
-    names that collide on a case-insensitive or normalizing file system collide here."""
-    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", path).casefold())
+    names that collide on a case-insensitive or normalizing file system collide here.
+    The workers' rule (envelopes.files.fold), so both sides find the same duplicates."""
+    return files.fold(path)
 
 
 def _path_schema(pattern: str) -> dict[str, Any]:

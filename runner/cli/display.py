@@ -3,8 +3,6 @@ dispositions and turns."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 
 from runner.cli.common import console, emit
@@ -12,6 +10,7 @@ from runner.session import (
     Session,
     StepReport,
 )
+from runner.session.policy import describe_json
 from runner.state import LlmTurn, PartialUserTurn, TrackedCall, UserTurn
 from runner.state.transitions import overdue
 
@@ -39,21 +38,8 @@ def print_pending(session: Session, now: int | None = None) -> None:
         state = "expired (overdue: no result can apply now)" if call.id in late else call.state
         typer.echo(f"  call {call.id}: {call.tool}")
         typer.echo(f"    token: {call.token}")
-        typer.echo(f"    disposition: {describe_disposition(call.disposition)}")
+        typer.echo(f"    disposition: {describe_json(call.disposition)}")
         typer.echo(f"    state: {state}")
-
-
-def describe_disposition(disposition: dict[str, Any]) -> str:
-    """A stored disposition in a few words: `defer (why)`, `timeout > runIsolated`..."""
-    tag = str(disposition.get("tag"))
-    if tag == "decorate":
-        decorators = [str(d.get("tag")) for d in disposition.get("decorators", [])]
-        return " > ".join([*decorators, describe_disposition(disposition.get("inner", {}))])
-    if tag == "defer":
-        return f"defer ({disposition.get('reason')})"
-    if tag == "runIsolated":
-        return "runIsolated" + ("" if disposition.get("attached", True) else " (detached)")
-    return tag
 
 
 def print_tokens(session: Session) -> None:

@@ -210,6 +210,21 @@ def from_json(data: dict[str, Any]) -> AnyDisposition:
     return DISPOSITION.validate_python(data)
 
 
+def describe_json(found: dict[str, Any]) -> str:
+    """A stored disposition (its JSON) in a few words, for people: `defer (why)`,
+    `timeout > runIsolated`, `runIsolated (detached)`. Read from the JSON as stored, so a
+    document another version wrote still shows."""
+    tag = str(found.get("tag"))
+    if tag == "decorate":
+        decorators = [str(d.get("tag")) for d in found.get("decorators", [])]
+        return " > ".join([*decorators, describe_json(found.get("inner", {}))])
+    if tag == "defer":
+        return f"defer ({found.get('reason')})"
+    if tag == "runIsolated":
+        return "runIsolated" + ("" if found.get("attached", True) else " (detached)")
+    return tag
+
+
 def unwrap(disposition: AnyDisposition) -> tuple[list[AnyDecorator], BaseDisposition]:
     """(decorators outermost first, the innermost non-decorate disposition)."""
     decorators: list[AnyDecorator] = []

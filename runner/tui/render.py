@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.text import Text
 
+from runner.session.policy import describe_json
 from runner.tui.source import LiveCall
 
 #: How much of a result or an argument list one line shows.
@@ -47,19 +48,6 @@ def _span(ms: int) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def disposition(found: dict[str, Any]) -> str:
-    """A stored disposition in a few words: `defer (why)`, `timeout > runIsolated`..."""
-    tag = str(found.get("tag"))
-    if tag == "decorate":
-        decorators = [str(d.get("tag")) for d in found.get("decorators", [])]
-        return " > ".join([*decorators, disposition(found.get("inner", {}))])
-    if tag == "defer":
-        return f"defer ({found.get('reason')})"
-    if tag == "runIsolated":
-        return "runIsolated" + ("" if found.get("attached", True) else " (detached)")
-    return tag
 
 
 def result_text(result: dict[str, Any] | None) -> str:
@@ -121,7 +109,7 @@ def _call_line(asked: dict[str, Any], call: dict[str, Any] | None) -> Text:
     if call is None:
         return head
     state = str(call.get("state"))
-    head.append(f"\n      {disposition(call.get('disposition', {}))} · ")
+    head.append(f"\n      {describe_json(call.get('disposition', {}))} · ")
     head.append(state, STATE_STYLES.get(state, ""))
     if call.get("attempts", 0) > 1:
         head.append(f" · attempt {call['attempts']}")
@@ -225,5 +213,5 @@ def header(document: dict[str, Any]) -> Text:
     return text
 
 
-__all__ = ["PendingRow", "ago", "conversation", "disposition", "header", "live", "pending",
+__all__ = ["PendingRow", "ago", "conversation", "header", "live", "pending",
            "progress_text", "until"]  # fmt: skip
