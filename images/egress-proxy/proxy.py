@@ -4,14 +4,18 @@ runner/isolation/egress.py starts one per call, in a hardened container attached
 call's internal network (where the sandbox is, with no route out) and to the upstream
 network the operator named. It listens on its internal address only:
 
-- port 3128, an HTTP proxy: `CONNECT host:port` (a raw tunnel: TLS needs no help) and
-  plain `GET http://host/...` by its Host. A target passes when its name (or IP literal)
+- port 3128, an HTTP proxy: `CONNECT host:port` to a TLS port (443 unless the config
+  lists others) whose tunnel must open with a TLS ClientHello, and plain
+  `GET http://host/...` by its Host. A target passes when its name (or IP literal)
   is on the allow-list with that port AND every address it is dialled at passes the
   address rule (`Rules.address_refusal`): never loopback, link-local (cloud metadata),
   multicast, reserved, the sandbox's own network or the host's gateways; a private
-  address only inside the upstream network or a range the operator listed. A plain
-  request whose Host header differs from its absolute URI is refused, and one request
-  is served per connection, so a second request cannot ride on a checked one.
+  address only inside the upstream network or a range the operator listed. Requests are
+  parsed by h11, after `check_head` refused what h11 would tolerate (bare CR or LF,
+  obs-fold, a repeated Content-Length, Content-Length with Transfer-Encoding); a plain
+  request whose Host header differs from its absolute URI is refused; every request of
+  a keep-alive connection is checked on its own, and reaches its upstream as h11 writes
+  it again (origin form, the checked Host, one framing, `Connection: close`).
 - port 53 (UDP and TCP), DNS: A and AAAA answers for allowed names only; every other
   name is NXDOMAIN and never forwarded anywhere (no exfiltration by lookup).
 
@@ -21,7 +25,8 @@ the `egress-proxy` logger on stderr. Stdout's first line is `{"ready": ...}` onc
 listens; on SIGTERM it writes `{"end": true, "denied_count": N}` and exits. The runner
 reads these back into the call's runner_info["egress_denied"].
 
-Configuration: the JSON document in $EGRESS_CONFIG (egress.py's `proxy_config`).
+Configuration: the JSON document in $EGRESS_CONFIG (written by egress.py's
+`open_gateway`: allow, listen, refuse, private, tls_ports).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+import h11
+
 logger = logging.getLogger("egress-proxy")
 
 HTTP_PORT = 3128
@@ -51,6 +58,10 @@ MAX_RECORDS = 100
 #: A request head larger than this is refused.
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
+#: How long a body or a response may pause between reads.
+IDLE_TIMEOUT_S = 300.0
+#: The ports CONNECT may reach when the config names none.
+DEFAULT_TLS_PORTS = (443,)
 CONNECT_TIMEOUT_S = 10.0
 #: Connections served at once (the container's open-file limit is 1024).
 MAX_CONNECTIONS = 256
@@ -59,6 +70,9 @@ _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
                "proxy-authenticate", "te", "trailer", "upgrade"}  # fmt: skip
+#: Request headers the proxy writes itself or answers (Expect: 100-continue) itself.
+_NOT_FORWARDED = _HOP_BY_HOP | {"host", "expect"}
+_NOT_RETURNED = _HOP_BY_HOP
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -198,6 +212,15 @@ async def resolve(host: str, family: int = socket.AF_UNSPEC) -> list[IPAddress]:
 
 
 # --- HTTP: CONNECT and plain requests ----------------------------------------------------
+#
+# h11 parses and frames every message in both directions; a request reaches an upstream
+# only as h11 writes it again (origin form, the checked Host, one framing), so the
+# upstream never parses bytes the proxy did not. h11 is lenient where RFC 9112 lets a
+# recipient be (bare LF as a line end, obs-fold, a repeated equal Content-Length,
+# Transfer-Encoding winning over Content-Length): `check_head` refuses those first.
+
+_HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (bare LF included)
+_BARE = re.compile(rb"\r(?!\n)|(?<!\r)\n")
 
 
 class Refused(Exception):
@@ -213,13 +236,68 @@ class UpstreamFailed(ConnectionError):
 
 
 class BadRequest(Exception):
-    pass
+    """Not a request the proxy parses one way only: recorded as `malformed`, answered 400."""
+
+    def __init__(self, detail: str, status: int = 400) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
+def check_head(buffer: bytes) -> None:
+    """Refuse the request head at the start of `buffer` (as much as has arrived) where
+    h11 would be lenient: BadRequest, or Refused for a second Host header."""
+    end = _HEAD_END.search(buffer)
+    head = buffer if end is None else buffer[: end.end()]
+    complete = head if end is not None or not head.endswith(b"\r") else head[:-1]
+    if _BARE.search(complete):
+        raise BadRequest("a bare CR or LF in the request head (lines end with CRLF only)")
+    if end is None:
+        return
+    lines = head[:-4].split(b"\r\n")[1:]
+    fields = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            raise BadRequest("a folded header line (obs-fold)")
+        name, _, value = line.partition(b":")
+        fields.append((name.strip().lower(), value.strip()))
+    hosts = [value for name, value in fields if name == b"host"]
+    if len(hosts) > 1:
+        shown = hosts[0].decode("latin-1")[:253]
+        raise Refused("host_mismatch", shown, 0, "more than one Host header")
+    lengths = [value for name, value in fields if name == b"content-length"]
+    if len(lengths) > 1 or any(b"," in value for value in lengths):
+        raise BadRequest("more than one Content-Length")
+    encodings = [value for name, value in fields if name == b"transfer-encoding"]
+    if len(encodings) > 1:
+        raise BadRequest("more than one Transfer-Encoding header")
+    if encodings and lengths:
+        raise BadRequest("both Content-Length and Transfer-Encoding (one framing only)")
+
+
+def authority(host: str, port: int, default_port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port == default_port else f"{shown}:{port}"
+
+
+def tls_hello_refusal(first: bytes) -> str | None:
+    """Why the first bytes a client sends in a tunnel are not a TLS ClientHello, or None:
+    a TLS record header (handshake, version 3.x, a record length TLS allows) and the
+    handshake type ClientHello."""
+    if len(first) < 6:
+        return "the tunnel closed before a TLS ClientHello"
+    content_type, major, minor, length, handshake = struct.unpack("!BBBHB", first[:6])
+    if content_type != 22 or major != 3 or minor > 4 or not 0 < length <= 2**14 + 2048:
+        return f"the tunnel does not start with a TLS record ({first[:16]!r})"
+    if handshake != 1:
+        return "the tunnel's first TLS record is not a ClientHello"
+    return None
 
 
 class HttpProxy:
-    def __init__(self, rules: Rules, recorder: Recorder) -> None:
+    def __init__(self, rules: Rules, recorder: Recorder, tls_ports: Iterable[int]) -> None:
         self.rules = rules
         self.recorder = recorder
+        self.tls_ports = frozenset(tls_ports)
         self.slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -232,7 +310,8 @@ class HttpProxy:
                               f" {refused.host}:{refused.port}: {refused.detail}",
                               denied=refused.kind)  # fmt: skip
             except BadRequest as exc:
-                await respond(writer, 400, str(exc))
+                self.recorder.deny("malformed", "", 0, str(exc))
+                await respond(writer, exc.status, str(exc), denied="malformed")
             except UpstreamFailed as exc:  # allowed, but the upstream did not answer
                 logger.info("%s", exc)
                 await respond(writer, 502, str(exc))
@@ -244,38 +323,67 @@ class HttpProxy:
                     await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Every request of the connection in turn, each checked on its own; the first
+        refusal ends the connection."""
+        client = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+        while True:
+            async with asyncio.timeout(HEAD_TIMEOUT_S):  # the whole head, not each read
+                event = await next_event(client, reader, HEAD_TIMEOUT_S)
+            if isinstance(event, h11.ConnectionClosed):
+                return
+            if not isinstance(event, h11.Request):
+                raise BadRequest(f"expected a request, got {type(event).__name__}")
+            method = event.method.decode("ascii")
+            target = event.target.decode("ascii")
+            headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in event.headers]
+            if method == "CONNECT":
+                await self._connect(client, reader, writer, target)
+                return
+            host, port, path = self._plain_target(target, headers)
+            if not await self._forward(client, reader, writer, event, host, port, path):
+                return
+            if client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+                return
+            client.start_next_cycle()
+
+    async def _connect(
+        self,
+        client: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        target: str,
+    ) -> None:
+        """A tunnel to an allowed host's TLS port that carries TLS from its first byte."""
+        parsed = split_authority(target)
+        if parsed is None:
+            raise BadRequest(f"CONNECT needs host:port, got {target[:100]!r}")
+        host, port = parsed
+        up_reader, up_writer = await self._dial("connect", host, port)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-        except asyncio.LimitOverrunError:
-            raise BadRequest(f"the request head is over {HEAD_LIMIT} bytes") from None
-        method, target, version, headers = parse_head(head)
-        if method == "CONNECT":
-            authority = split_authority(target)
-            if authority is None:
-                raise BadRequest(f"CONNECT needs host:port, got {target[:100]!r}")
-            host, port = authority
-            upstream = await self._dial("connect", host, port)
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            writer.write(client.send(h11.Response(status_code=200, headers=[],
+                                                  reason=b"Connection established")))  # fmt: skip
             await writer.drain()
-            await relay(reader, writer, *upstream)
-            return
-        host, port, path = self._plain_target(target, headers)
-        up_reader, up_writer = await self._dial("http", host, port)
-        try:
-            up_writer.write(forwarded_head(method, path, version, headers))
-            await send_body(reader, up_writer, headers)
+            first = client.trailing_data[0]
+            while len(first) < 6:
+                chunk = await asyncio.wait_for(reader.read(64 * 1024), HEAD_TIMEOUT_S)
+                if not chunk:
+                    break
+                first += chunk
+            refusal = tls_hello_refusal(first)
+            if refusal is not None:  # the 200 is sent: the refusal is the closed tunnel
+                self.recorder.deny("tunnel", host, port, refusal)
+                return
+            up_writer.write(first)
             await up_writer.drain()
-            # One request per connection: nothing more is read from the client, so no
-            # second request can follow the checked one to the same upstream.
-            await pipe(up_reader, writer)
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         finally:
             up_writer.close()
 
     def _plain_target(self, target: str, headers: list[tuple[str, str]]) -> tuple[str, int, str]:
         hosts = [value for name, value in headers if name == "host"]
-        if len(hosts) > 1:
-            raise Refused("host_mismatch", hosts[0][:253], 0, "more than one Host header")
         host_header = split_authority(hosts[0], 80) if hosts else None
+        if hosts and host_header is None:
+            raise BadRequest(f"a bad Host header {hosts[0][:100]!r}")
         if target.startswith("/"):  # origin form: the Host header is the only name
             if host_header is None:
                 raise BadRequest("a request in origin form needs a Host header")
@@ -299,6 +407,84 @@ class HttpProxy:
             path += "?" + url.query
         return host, port, path
 
+    async def _forward(
+        self,
+        client: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        host: str,
+        port: int,
+        path: str,
+    ) -> bool:
+        """One checked request to its upstream and its response back, both as h11 writes
+        them; False: the connection cannot carry another request."""
+        up_reader, up_writer = await self._dial("http", host, port)
+        upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_LIMIT)
+        named = {n.strip().lower() for name, value in request.headers if name == b"connection"
+                 for n in value.decode("latin-1").split(",")}  # fmt: skip
+        headers = [(b"host", authority(host, port, 80).encode("ascii"))]
+        headers += [(name, value) for name, value in request.headers
+                    if name.decode("latin-1") not in _NOT_FORWARDED | named]  # fmt: skip
+        headers.append((b"connection", b"close"))
+        started = False
+        try:
+            up_writer.write(upstream.send(h11.Request(method=request.method, target=path,
+                                                      headers=headers)))  # fmt: skip
+            while True:  # the body, re-framed by h11
+                if client.they_are_waiting_for_100_continue:
+                    go_on = h11.InformationalResponse(status_code=100, headers=[],
+                                                      reason=b"Continue")  # fmt: skip
+                    writer.write(client.send(go_on))
+                event = await next_event(client, reader, IDLE_TIMEOUT_S)
+                if isinstance(event, h11.Data):
+                    up_writer.write(upstream.send(h11.Data(data=event.data)))
+                    await up_writer.drain()
+                elif isinstance(event, h11.EndOfMessage):  # trailers are not forwarded
+                    up_writer.write(upstream.send(h11.EndOfMessage()))
+                    await up_writer.drain()
+                    break
+                else:
+                    return False  # the client closed mid-body
+            while True:  # the response, re-framed by h11
+                try:
+                    answer = await next_event(upstream, up_reader, IDLE_TIMEOUT_S, strict=False)
+                except BadRequest as exc:
+                    raise UpstreamFailed(f"{host}:{port} answered badly: {exc}") from None
+                if isinstance(answer, h11.InformationalResponse):
+                    if answer.status_code != 100:
+                        continue  # 102, 103: nothing the client needs
+                    writer.write(client.send(answer))
+                elif isinstance(answer, h11.Response):
+                    started = True
+                    kept = [(n, v) for n, v in answer.headers
+                            if n.decode("latin-1") not in _NOT_RETURNED]  # fmt: skip
+                    relayed = h11.Response(status_code=answer.status_code, headers=kept,
+                                           reason=answer.reason)  # fmt: skip
+                    writer.write(client.send(relayed))
+                elif isinstance(answer, h11.Data):
+                    writer.write(client.send(answer))
+                elif isinstance(answer, h11.EndOfMessage):
+                    writer.write(client.send(h11.EndOfMessage()))
+                    await writer.drain()
+                    return True
+                else:
+                    if started:
+                        return False  # cut short: the client sees a short body and EOF
+                    raise UpstreamFailed(f"{host}:{port} closed without an answer")
+                await writer.drain()
+        except h11.LocalProtocolError as exc:  # the upstream's answer cannot be re-sent
+            if started:
+                return False
+            raise UpstreamFailed(f"{host}:{port} answered what cannot be relayed: {exc}"
+                                 ) from None  # fmt: skip
+        except (UpstreamFailed, TimeoutError, OSError):
+            if started:
+                return False
+            raise
+        finally:
+            up_writer.close()
+
     async def _dial(
         self, kind: str, host: str, port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -312,7 +498,12 @@ class HttpProxy:
             raise Refused(kind, host, port, "not a host name")
         elif not self.rules.name_allowed(host, port):
             raise Refused(kind, host, port, "not on the allow-list")
-        else:
+        if kind == "connect" and port not in self.tls_ports:
+            listed = ", ".join(map(str, sorted(self.tls_ports))) or "none"
+            raise Refused("connect", host, port,
+                          f"CONNECT reaches TLS ports only ({listed}); send plain HTTP as"
+                          " a proxy request, where every request is checked")  # fmt: skip
+        if literal is None:
             addresses = await resolve(host)
             if not addresses:
                 raise UpstreamFailed(f"{host} does not resolve")
@@ -331,58 +522,27 @@ class HttpProxy:
         raise UpstreamFailed(f"cannot connect to {host}:{port}: {error}")
 
 
-def parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
-        raise BadRequest(f"not an HTTP/1.x request line: {lines[0][:100]!r}")
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        if line[0] in " \t":
-            raise BadRequest("folded header lines are refused")
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise BadRequest(f"malformed header line {line[:100]!r}")
-        headers.append((name.lower(), value.strip()))
-    return parts[0], parts[1], parts[2], headers
-
-
-def forwarded_head(method: str, path: str, version: str, headers: list[tuple[str, str]]) -> bytes:
-    named = {n.strip().lower() for name, value in headers if name == "connection"
-             for n in value.split(",")}  # fmt: skip
-    lines = [f"{method} {path} {version}"]
-    for name, value in headers:
-        if name not in _HOP_BY_HOP and name not in named:
-            lines.append(f"{name}: {value}")
-    lines.append("connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-async def send_body(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, headers: list[tuple[str, str]]
-) -> None:
-    """The request body by its Content-Length (chunked request bodies are refused)."""
-    if any(name == "transfer-encoding" for name, _ in headers):
-        raise BadRequest("chunked request bodies are not proxied; send a Content-Length")
-    lengths = {value for name, value in headers if name == "content-length"}
-    if not lengths:
-        return
-    if len(lengths) > 1 or not next(iter(lengths)).isdigit():
-        raise BadRequest("a bad or repeated Content-Length")
-    remaining = int(next(iter(lengths)))
-    while remaining:
-        chunk = await reader.read(min(remaining, 64 * 1024))
-        if not chunk:
-            raise asyncio.IncompleteReadError(b"", remaining)
-        writer.write(chunk)
-        await writer.drain()
-        remaining -= len(chunk)
+async def next_event(
+    conn: h11.Connection, reader: asyncio.StreamReader, timeout_s: float, strict: bool = True
+) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
+    """The next h11 event of `conn`, reading as needed; BadRequest when the peer's bytes
+    are refused (by `check_head` first when `strict`, then by h11)."""
+    while True:
+        if strict and conn.their_state is h11.IDLE:
+            check_head(conn.trailing_data[0])
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise BadRequest(f"not HTTP/1.1 as RFC 9112 has it: {exc}",
+                             exc.error_status_hint) from None  # fmt: skip
+        if event is not h11.NEED_DATA:
+            return event
+        conn.receive_data(await asyncio.wait_for(reader.read(64 * 1024), timeout_s))
 
 
 async def respond(writer: asyncio.StreamWriter, status: int, text: str, denied: str = "") -> None:
-    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}.get(status, "Error")
+    reason = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
+              501: "Not Implemented", 502: "Bad Gateway"}.get(status, "Error")  # fmt: skip
     body = (text + "\n").encode()
     extra = f"X-Egress-Denied: {denied}\r\n" if denied else ""
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n{extra}"
@@ -401,18 +561,6 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
             writer.write_eof()
     except (ConnectionError, OSError):
         pass
-
-
-async def relay(
-    client_reader: asyncio.StreamReader,
-    client_writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-) -> None:
-    try:
-        await asyncio.gather(pipe(client_reader, up_writer), pipe(up_reader, client_writer))
-    finally:
-        up_writer.close()
 
 
 # --- DNS ---------------------------------------------------------------------------------
@@ -545,7 +693,7 @@ async def serve(config: dict[str, Any]) -> None:
     recorder = Recorder()
     address = own_address(config["listen"])
     loop = asyncio.get_running_loop()
-    proxy = HttpProxy(rules, recorder)
+    proxy = HttpProxy(rules, recorder, config.get("tls_ports", DEFAULT_TLS_PORTS))
     dns = DnsServer(rules, recorder, address)
     http_server = await asyncio.start_server(proxy.handle, address, HTTP_PORT, limit=HEAD_LIMIT)
     dns_tcp = await asyncio.start_server(lambda r, w: dns_over_tcp(dns, r, w), address, DNS_PORT)

@@ -11,8 +11,12 @@ gets a gateway of its own, made before its sandbox and removed with it:
 - the egress proxy (images/egress-proxy, run hardened like the sandbox) attached to that
   network and to the upstream network the operator names. It is the sandbox's resolver
   (the container's `dns`) and its HTTP(S) proxy (HTTP_PROXY and friends); it answers DNS
-  for allowed names only and proxies CONNECT and plain HTTP to allowed `host:port`s whose
-  addresses pass its address rule (see the proxy's docstring).
+  for allowed names only and proxies CONNECT (to TLS ports only, a tunnel that opens
+  with a TLS ClientHello) and plain HTTP (every request checked, parsed by h11) to
+  allowed `host:port`s whose addresses pass its address rule (see the proxy's docstring).
+- no IPv6 anywhere on the way: the internal network is made with IPv6 off, and the
+  sandbox and the proxy run with net.ipv6.conf.all.disable_ipv6=1 (no link-local or
+  loopback IPv6 address either), so every rule the proxy applies is an IPv4 rule.
 
 The proxy writes each refusal as a JSON line on its stdout; after the call the runner
 stops it, reads them back into runner_info["egress_denied"] (at most MAX_DENIED, with
@@ -67,6 +71,10 @@ EGRESS_NETWORK_ENV = "AGENTS_RUNNER_EGRESS_NETWORK"
 #: Refusal records a call keeps (all are counted).
 MAX_DENIED = 100
 PROXY_HTTP_PORT = 3128
+#: The ports a CONNECT tunnel may reach unless the policy names others.
+DEFAULT_TLS_PORTS = (443,)
+#: Inside the sandbox and the proxy: no IPv6 address at all, loopback and link-local too.
+NO_IPV6_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 NETWORK_PREFIX = "agents-runner-egress-"
 #: How long the proxy may take to listen, and to hand over its records at the end.
 READY_TIMEOUT_S = 15.0
@@ -131,12 +139,16 @@ class EgressPolicy:
     (None: $AGENTS_RUNNER_EGRESS_NETWORK; "bridge" is Docker's default route out).
     `allow_addresses`: CIDR ranges of private addresses allowed names may resolve to
     besides the upstream network's own (global addresses always may; loopback,
-    link-local and the like never)."""
+    link-local and the like never).
+    `tls_ports`: the ports CONNECT may reach (443 by default); a tunnel carries TLS only,
+    so plain HTTP to any port goes as a proxy request, where every request is checked.
+    An allowed `host:port` whose port is not here is reached by plain HTTP only."""
 
     allow: tuple[str, ...]
     upstream_network: str | None = None
     allow_addresses: tuple[str, ...] = ()
     proxy_image: str = EGRESS_PROXY_IMAGE
+    tls_ports: tuple[int, ...] = DEFAULT_TLS_PORTS
 
     def __post_init__(self) -> None:
         entries: object = self.allow  # callers may pass a list (or, by mistake, a str)
@@ -166,6 +178,14 @@ class EgressPolicy:
                                  " range the proxy never dials")  # fmt: skip
             ranges.append(str(network))
         object.__setattr__(self, "allow_addresses", tuple(ranges))
+        ports: object = self.tls_ports
+        if isinstance(ports, str) or not isinstance(ports, tuple | list):
+            raise ValueError("EgressPolicy.tls_ports must be a list of port numbers")
+        for index, port in enumerate(ports):
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+                raise ValueError(f"EgressPolicy.tls_ports[{index}]: {port!r} is not a port"
+                                 " number from 1 to 65535")  # fmt: skip
+        object.__setattr__(self, "tls_ports", tuple(sorted(set(ports))))
         upstream = self.upstream_network
         if upstream is not None and (
             not upstream or upstream in ("none", "host") or upstream.startswith("container:")
@@ -216,6 +236,7 @@ class Gateway:
     def configure(self, host_config: dict[str, Any], env: dict[str, str]) -> None:
         """Put a sandbox's host config and environment on this gateway."""
         host_config["NetworkMode"] = self.network_name
+        host_config["Sysctls"] = {**(host_config.get("Sysctls") or {}), **NO_IPV6_SYSCTLS}
         host_config["Dns"] = [self.proxy_address]
         host_config["DnsSearch"] = []
         proxy = f"http://{self.proxy_address}:{PROXY_HTTP_PORT}"
@@ -332,6 +353,7 @@ def open_gateway(
             name,
             driver="bridge",
             internal=True,
+            enable_ipv6=False,  # said, not left to the engine's default
             check_duplicate=True,
             # No address of the host on this bridge: the sandbox cannot reach the host.
             options={"com.docker.network.bridge.inhibit_ipv4": "true"},
@@ -355,6 +377,7 @@ def open_gateway(
             # Never dialled: the sandbox's network and the host's address on the upstream.
             "refuse": [subnet, *(f"{g}/{32 if ':' not in g else 128}" for g in up_gateways)],
             "private": [*up_subnets, *policy.allow_addresses],
+            "tls_ports": list(policy.tls_ports),
         }
         _start_proxy(api, gateway, policy, upstream, config, call_label)
     except BaseException:
@@ -458,7 +481,11 @@ def _proxy_host_config(api: docker.APIClient, network: str) -> dict[str, Any]:
         nano_cpus=int(0.5e9),
         pids_limit=64,
         ulimits=[Ulimit(name="nofile", soft=1024, hard=1024), Ulimit(name="core", soft=0, hard=0)],
-        sysctls={"net.ipv4.ip_unprivileged_port_start": "53", "net.ipv4.ip_forward": "0"},
+        sysctls={
+            "net.ipv4.ip_unprivileged_port_start": "53",
+            "net.ipv4.ip_forward": "0",
+            **NO_IPV6_SYSCTLS,
+        },
         init=True,
         ipc_mode="private",
         log_config=LogConfig(type="none"),

@@ -79,12 +79,16 @@ class EgressSpec(_Spec):
     """`egress` on a docker spec: the container reaches the `allow`ed `host:port`s (and
     `*.domain:port`s) through an egress proxy of its own, and nothing else. `network`:
     the Docker network the proxy reaches them through (unset: $AGENTS_RUNNER_EGRESS_NETWORK;
-    "bridge" is Docker's default route out). Checked as EgressPolicy checks it."""
+    "bridge" is Docker's default route out). `tlsPorts`: the ports CONNECT may reach
+    (default 443). Checked as EgressPolicy checks it."""
 
     allow: Annotated[list[str], Field(min_length=1, max_length=256)]
     network: Annotated[str | None, Field(min_length=1)] = None
     allow_addresses: Annotated[
         list[str], Field(alias="allowAddresses", max_length=256, default_factory=list)
+    ]
+    tls_ports: Annotated[
+        list[int], Field(alias="tlsPorts", max_length=64, default_factory=lambda: [443])
     ]
 
     @model_validator(mode="after")
@@ -94,7 +98,8 @@ class EgressSpec(_Spec):
 
     def policy(self) -> EgressPolicy:
         return EgressPolicy(tuple(self.allow), upstream_network=self.network,
-                            allow_addresses=tuple(self.allow_addresses))  # fmt: skip
+                            allow_addresses=tuple(self.allow_addresses),
+                            tls_ports=tuple(self.tls_ports))  # fmt: skip
 
 
 class DockerSpec(_Spec):

@@ -52,7 +52,8 @@ from tests.docker.conftest import BASH_IMAGE
 pytestmark = pytest.mark.anyio
 
 #: The upstream servers: HTTP on 80 (it answers with the path and Host it got, and logs
-#: each request) and a TCP echo on 7000 (a CONNECT target: a tunnel needs no TLS).
+#: each request) and a TCP echo on 443 and 7000 (CONNECT targets: the proxy checks only
+#: that a tunnel opens with a TLS ClientHello, so an echo of one serves as a TLS server).
 UPSTREAM_SERVER = r"""
 import http.server, socketserver, sys, threading
 NAME = sys.argv[1]
@@ -78,7 +79,8 @@ class Echo(socketserver.BaseRequestHandler):
 class Server(socketserver.ThreadingTCPServer):
     daemon_threads = allow_reuse_address = True
 
-threading.Thread(target=Server(("0.0.0.0", 7000), Echo).serve_forever, daemon=True).start()
+for port in (443, 7000):
+    threading.Thread(target=Server(("0.0.0.0", port), Echo).serve_forever, daemon=True).start()
 server = http.server.ThreadingHTTPServer(("0.0.0.0", 80), Http)
 print("listening", flush=True)
 server.serve_forever()
@@ -101,6 +103,7 @@ def proxied(raw):
     try:
         s = socket.create_connection(PROXY, timeout=10)
         s.sendall(raw)
+        s.shutdown(socket.SHUT_WR)  # no more requests: the proxy keeps a connection alive
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -118,7 +121,10 @@ def get(host, path="/", host_header=None):
     return proxied(f"GET http://{host}{path} HTTP/1.1\r\nHost: {host_header or host}\r\n\r\n"
                    .encode())
 
-def tunnel(target, payload=b"ping through the tunnel"):
+#: The first six bytes of a TLS ClientHello: what a tunnel must open with.
+HELLO = b"\x16\x03\x01\x02\x00\x01"
+
+def tunnel(target, payload=b"ping through the tunnel", hello=HELLO):
     try:
         s = socket.create_connection(PROXY, timeout=10)
         s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
@@ -131,11 +137,11 @@ def tunnel(target, payload=b"ping through the tunnel"):
             denied = [l.split(":", 1)[1].strip() for l in rest
                       if l.lower().startswith("x-egress-denied:")]
             return {"status": status, "denied": denied[0] if denied else None}
-        s.sendall(payload)
+        s.sendall(hello + payload)
         echoed = b""
-        while len(echoed) < len(payload) and (chunk := s.recv(4096)):
+        while len(echoed) < len(hello + payload) and (chunk := s.recv(4096)):
             echoed += chunk
-        return {"status": 200, "echo": echoed.decode()}
+        return {"status": 200, "echo": echoed.removeprefix(hello).decode(errors="replace")}
     except OSError as exc:
         return why(exc)
 
@@ -184,7 +190,7 @@ class Upstream:
     containers: dict[str, str]
 
     def policy(self, *allow: str) -> EgressPolicy:
-        listed = allow or ("allowed.test:80", "*.allowed.test:7000", "localhost:80")
+        listed = allow or ("allowed.test:80", "*.allowed.test:443", "localhost:80")
         return EgressPolicy(listed, upstream_network=self.network)
 
     def limits(self, *allow: str) -> ContainerLimits:
@@ -352,7 +358,7 @@ async def test_the_allowed_host_answers_over_plain_http(api, upstream):
     assert seen["raw"]["status"] == 200
     assert seen["raw"]["body"] == "hello from allowed.test path=/raw host=allowed.test"
     assert info["network"] == {"mode": "egress", "upstream": upstream.network,
-                               "allow": ["allowed.test:80", "*.allowed.test:7000",
+                               "allow": ["allowed.test:80", "*.allowed.test:443",
                                          "localhost:80"]}  # fmt: skip
     assert info["egress_denied"] == [] and info["egress_denied_count"] == 0
     assert "GET /env host=allowed.test" in upstream_log(api, upstream, "allowed.test")
@@ -360,13 +366,13 @@ async def test_the_allowed_host_answers_over_plain_http(api, upstream):
 
 async def test_the_allowed_host_answers_through_connect(upstream):
     seen, info = await probe(upstream, """
-        result["wildcard"] = tunnel("echo.allowed.test:7000")
-        result["apex"] = tunnel("allowed.test:7000")
+        result["wildcard"] = tunnel("echo.allowed.test:443")
+        result["apex"] = tunnel("allowed.test:443")
     """)  # fmt: skip
     assert seen["wildcard"] == {"status": 200, "echo": "ping through the tunnel"}
     # `*.allowed.test` names the names under allowed.test, not allowed.test itself.
     assert seen["apex"] == {"status": 403, "denied": "connect"}
-    assert denied(info) == [("connect", "allowed.test", 7000)]
+    assert denied(info) == [("connect", "allowed.test", 443)]
 
 
 # --- what is not allowed is refused, and recorded ---------------------------------------------
@@ -461,7 +467,7 @@ async def test_a_host_header_that_lies_is_refused(api, upstream):
         result["origin_form"] = proxied(b"GET /origin HTTP/1.1\\r\\nHost: denied.test\\r\\n\\r\\n")
         result["two_hosts"] = proxied(b"GET http://allowed.test/two HTTP/1.1\\r\\n"
                                       b"Host: allowed.test\\r\\nHost: denied.test\\r\\n\\r\\n")
-        # A second request riding on a checked one never leaves the proxy.
+        # A second request riding on a checked one is checked on its own: refused here.
         result["pipelined"] = proxied(b"GET http://allowed.test/first HTTP/1.1\\r\\n"
                                       b"Host: allowed.test\\r\\n\\r\\n"
                                       b"GET /second HTTP/1.1\\r\\nHost: denied.test\\r\\n\\r\\n")
@@ -470,10 +476,14 @@ async def test_a_host_header_that_lies_is_refused(api, upstream):
     assert seen["other_port"]["denied"] == "host_mismatch"
     assert seen["origin_form"]["denied"] == "http"  # its Host is its only name: not listed
     assert seen["two_hosts"]["denied"] == "host_mismatch"
-    assert seen["pipelined"]["status"] == 200 and seen["pipelined"]["responses"] == 1
-    assert seen["pipelined"]["body"] == "hello from allowed.test path=/first host=allowed.test"
-    assert [r[0] for r in denied(info)] == ["host_mismatch", "host_mismatch", "http",
-                                            "host_mismatch"]  # fmt: skip
+    assert seen["pipelined"]["status"] == 200 and seen["pipelined"]["responses"] == 2
+    first, _, second = seen["pipelined"]["body"].partition("HTTP/1.1 403 Forbidden")
+    assert first == "hello from allowed.test path=/first host=allowed.test"
+    assert "X-Egress-Denied: http" in second
+    assert denied(info) == [("host_mismatch", "allowed.test", 80),
+                            ("host_mismatch", "allowed.test", 80), ("http", "denied.test", 80),
+                            ("host_mismatch", "allowed.test", 0),
+                            ("http", "denied.test", 80)]  # fmt: skip
     log = upstream_log(api, upstream, "allowed.test")
     assert "GET /first host=allowed.test" in log
     assert not any("/second" in line or "/lie" in line or "/two" in line for line in log)
