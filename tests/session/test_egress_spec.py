@@ -48,6 +48,7 @@ def test_a_policy_rule_can_open_egress_for_one_tool():
         ({"allow": ["a.test:80"], "network": "host"}, "upstream_network"),
         ({"allow": ["a.test:80"], "allowAddresses": ["x"]}, "allow_addresses[0]"),
         ({"allow": ["a.test:80"], "proxy": "x"}, "Extra inputs are not permitted"),
+        ({"allow": ["a.test:80"], "tlsPorts": [0]}, "tls_ports[0]"),
     ],
 )
 def test_bad_egress_is_a_validation_error_naming_it(egress, says):
@@ -60,3 +61,9 @@ def test_bad_egress_is_a_validation_error_naming_it(egress, says):
 def test_network_and_egress_exclude_each_other():
     with pytest.raises(ValidationError, match="`network` or `egress`, not both"):
         DockerSpec.model_validate({**SPEC, "network": "bridge"})
+
+
+def test_tls_ports_reach_the_policy():
+    spec = DockerSpec.model_validate({**SPEC, "egress": {**SPEC["egress"], "tlsPorts": [8443]}})
+    assert container_limits(spec).egress.tls_ports == (8443,)  # type: ignore[union-attr]
+    assert container_limits(DockerSpec.model_validate(SPEC)).egress.tls_ports == (443,)  # type: ignore[union-attr]

@@ -167,16 +167,54 @@ def test_split_authority(text, parsed):
     assert proxy.split_authority(text, 80) == parsed
 
 
-def test_forwarded_heads_drop_hop_by_hop_headers():
-    _, _, _, headers = proxy.parse_head(
-        b"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\nProxy-Authorization: secret\r\n"
-        b"Connection: keep-alive, X-Drop\r\nX-Drop: 1\r\nAccept: */*\r\n\r\n"
-    )
-    head = proxy.forwarded_head("GET", "/x", "HTTP/1.1", headers).decode()
-    assert head == "GET /x HTTP/1.1\r\nhost: a.test\r\naccept: */*\r\nconnection: close\r\n\r\n"
-    for bad in (b"GET / HTTP/2\r\n\r\n", b"GET /\r\n\r\n", b"GET / HTTP/1.1\r\n folded\r\n\r\n"):
-        with pytest.raises(proxy.BadRequest):
-            proxy.parse_head(bad)
+@pytest.mark.parametrize(
+    ("head", "says"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX: b\nHost: c\r\n\r\n", "bare CR or LF"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX: b\rHost: c\r\n\r\n", "bare CR or LF"),
+        (b"GET / HTTP/1.1\nHost: a\n\n", "bare CR or LF"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX: b\r\n c\r\n\r\n", "obs-fold"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\ncontent-length: 1\r\n\r\n",
+         "more than one Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\n",
+         "more than one Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked"
+         b"\r\n\r\n", "both Content-Length and Transfer-Encoding"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n", "more than one Transfer-Encoding"),
+    ],
+)  # fmt: skip
+def test_heads_h11_would_tolerate_are_refused_first(head, says):
+    with pytest.raises(proxy.BadRequest, match=says):
+        proxy.check_head(head + b"body that is not checked\n")
+
+
+def test_heads_that_pass_and_heads_still_arriving():
+    proxy.check_head(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\na\nb")
+    proxy.check_head(b"GET / HTTP/1.1\r\nHost: a\r")  # a CR that may yet get its LF
+    with pytest.raises(proxy.BadRequest, match="bare"):  # refused before the head ends
+        proxy.check_head(b"GET / HTTP/1.1\r\nHost: a\nX")
+    with pytest.raises(proxy.Refused, match="more than one Host"):
+        proxy.check_head(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+
+
+def test_a_tunnel_must_open_with_a_client_hello():
+    assert proxy.tls_hello_refusal(b"\x16\x03\x01\x02\x00\x01rest") is None
+    assert "TLS record" in proxy.tls_hello_refusal(b"GET / HTTP/1.1\r\n")
+    assert "not a ClientHello" in proxy.tls_hello_refusal(b"\x16\x03\x03\x00\x10\x02")
+    assert "closed before" in proxy.tls_hello_refusal(b"\x16\x03")
+    assert "TLS record" in proxy.tls_hello_refusal(b"\x16\x03\x01\xff\xff\x01")  # too long
+
+
+def test_tls_ports_are_checked_and_normalised():
+    assert EgressPolicy(("a.test:443",)).tls_ports == (443,)
+    assert EgressPolicy(("a.test:8443",), tls_ports=[8443, 443, 443]).tls_ports == (443, 8443)
+    assert EgressPolicy(("a.test:80",), tls_ports=()).tls_ports == ()  # no CONNECT at all
+    for bad in ((0,), (70000,), ("443",), (True,)):
+        with pytest.raises(ValueError, match=r"tls_ports\[0\]"):
+            EgressPolicy(("a.test:443",), tls_ports=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a list of port numbers"):
+        EgressPolicy(("a.test:443",), tls_ports=443)  # type: ignore[arg-type]
 
 
 def query(name: str, qtype: int = 1, flags: int = 0x0100) -> bytes:
