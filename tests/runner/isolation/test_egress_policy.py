@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import ssl
 import struct
 import sys
 from types import ModuleType
@@ -198,8 +199,22 @@ def test_heads_that_pass_and_heads_still_arriving():
         proxy.check_head(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
 
 
+def client_hello(**options: object) -> bytes:
+    """The first flight of a real TLS client (Python's ssl, in memory: no network)."""
+    context = ssl.create_default_context()
+    for name, value in options.items():
+        setattr(context, name, value)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname="allowed.test")
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()
+
+
 def test_a_tunnel_must_open_with_a_client_hello():
     assert proxy.tls_hello_refusal(b"\x16\x03\x01\x02\x00\x01rest") is None
+    assert proxy.tls_hello_refusal(client_hello()) is None
+    assert proxy.tls_hello_refusal(client_hello(maximum_version=ssl.TLSVersion.TLSv1_2)) is None
     assert "TLS record" in proxy.tls_hello_refusal(b"GET / HTTP/1.1\r\n")
     assert "not a ClientHello" in proxy.tls_hello_refusal(b"\x16\x03\x03\x00\x10\x02")
     assert "closed before" in proxy.tls_hello_refusal(b"\x16\x03")
