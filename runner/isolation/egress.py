@@ -14,9 +14,10 @@ gets a gateway of its own, made before its sandbox and removed with it:
   for allowed names only and proxies CONNECT (to TLS ports only, a tunnel that opens
   with a TLS ClientHello) and plain HTTP (every request checked, parsed by h11) to
   allowed `host:port`s whose addresses pass its address rule (see the proxy's docstring).
-- no IPv6 anywhere on the way: the internal network is made with IPv6 off, and the
-  sandbox and the proxy run with net.ipv6.conf.all.disable_ipv6=1 (no link-local or
-  loopback IPv6 address either), so every rule the proxy applies is an IPv4 rule.
+- no IPv6 on the sandbox's side: the internal network is made with IPv6 off and the
+  sandbox runs with net.ipv6.conf.all.disable_ipv6=1 (no link-local or loopback IPv6
+  address either); so does the proxy, unless the operator's upstream network has IPv6
+  (the proxy's address rule judges IPv6 addresses as it does IPv4 ones).
 
 The proxy writes each refusal as a JSON line on its stdout; after the call the runner
 stops it, reads them back into runner_info["egress_denied"] (at most MAX_DENIED, with
@@ -379,7 +380,10 @@ def open_gateway(
             "private": [*up_subnets, *policy.allow_addresses],
             "tls_ports": list(policy.tls_ports),
         }
-        _start_proxy(api, gateway, policy, upstream, config, call_label)
+        # IPv6 stays off in the proxy unless the operator's upstream network has it; the
+        # sandbox's side never has it (the sandbox has none, nor does this network).
+        ipv6_upstream = any(":" in subnet for subnet in up_subnets)
+        _start_proxy(api, gateway, policy, upstream, config, call_label, ipv6_upstream)
     except BaseException:
         gateway.close()
         raise
@@ -425,6 +429,7 @@ def _start_proxy(
     upstream: str,
     config: dict[str, Any],
     call_label: str,
+    ipv6_upstream: bool = False,
 ) -> None:
     """Create the proxy on the internal network, join it to the upstream, start it and
     wait for its ready line (its address on the internal network)."""
@@ -435,7 +440,7 @@ def _start_proxy(
             environment={"EGRESS_CONFIG": json.dumps(config)},
             hostname="egress-proxy",
             labels=labels_for(call_label, role="egress-proxy"),
-            host_config=_proxy_host_config(api, gateway.network_name),
+            host_config=_proxy_host_config(api, gateway.network_name, ipv6_upstream),
         )
     except docker.errors.ImageNotFound:
         raise EgressError(
@@ -467,9 +472,12 @@ def _start_proxy(
     gateway.stdout = bytearray(rest)
 
 
-def _proxy_host_config(api: docker.APIClient, network: str) -> dict[str, Any]:
+def _proxy_host_config(
+    api: docker.APIClient, network: str, ipv6_upstream: bool = False
+) -> dict[str, Any]:
     """The proxy's sandbox: as strict as a worker's, less what serving needs (a port
-    below 1024 for DNS, by the namespaced sysctl, not a capability)."""
+    below 1024 for DNS, by the namespaced sysctl, not a capability). IPv6 is disabled
+    in it unless the upstream network has IPv6 (its address rule judges IPv6 too)."""
     config: dict[str, Any] = api.create_host_config(
         network_mode=network,
         read_only=True,
@@ -484,7 +492,7 @@ def _proxy_host_config(api: docker.APIClient, network: str) -> dict[str, Any]:
         sysctls={
             "net.ipv4.ip_unprivileged_port_start": "53",
             "net.ipv4.ip_forward": "0",
-            **NO_IPV6_SYSCTLS,
+            **({} if ipv6_upstream else NO_IPV6_SYSCTLS),
         },
         init=True,
         ipc_mode="private",

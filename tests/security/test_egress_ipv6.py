@@ -139,3 +139,28 @@ async def test_the_sandbox_has_no_ipv6(api, upstream):
     assert looked, "the sandbox was never seen running"
     assert NO_IPV6.items() <= looked["sysctls"].items()
     assert looked["network"]["EnableIPv6"] is False
+
+
+def test_a_dual_stack_upstream_keeps_ipv6_off_the_sandbox_side(api):
+    """An operator's upstream with IPv6: the proxy may dial it there (its address rule
+    judges IPv6), but the call's own network still has none."""
+    name = f"ipv6-test-{uuid.uuid4().hex[:8]}"
+    api.create_network(name, driver="bridge", internal=True, enable_ipv6=True,
+                       ipam=docker.types.IPAMConfig(pool_configs=[
+                           docker.types.IPAMPool(subnet="fd00:5eed:23::/64")]),
+                       labels={"io.agents-runner.test": "ipv6"})  # fmt: skip
+    try:
+        policy = EgressPolicy(("allowed.test:80",), upstream_network=name)
+        gateway = open_gateway(api, policy, f"ipv6-{uuid.uuid4().hex[:8]}")
+        try:
+            assert api.inspect_network(gateway.network_id)["EnableIPv6"] is False
+            proxy = api.inspect_container(gateway.proxy_id)
+            sysctls = proxy["HostConfig"].get("Sysctls") or {}
+            assert "net.ipv6.conf.all.disable_ipv6" not in sysctls
+            networks = proxy["NetworkSettings"]["Networks"]
+            assert networks[name]["GlobalIPv6Address"].startswith("fd00:5eed:23:")
+            assert networks[gateway.network_name]["GlobalIPv6Address"] == ""
+        finally:
+            gateway.close()
+    finally:
+        api.remove_network(name)
