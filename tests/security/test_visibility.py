@@ -31,8 +31,11 @@ ARG = {"a": "canary-arg-a-1b2c", "b": "canary-arg-b-3d4e", "iso": "canary-arg-is
 RESULT = {"a": "canary-result-a-7a8b", "b": "canary-result-b-9c0d", "iso": "canary-result-iso"}
 TOOL = {"a": "fetch_remote_a", "b": "fetch_remote_b", "iso": "run_local"}
 
-ISOLATED = {"tag": "runIsolated", "attached": False, "spec": {
-    "tag": "localProcess", "argv": ["true"], "env": {"API_KEY": SECRET_ENV}}}
+ISOLATED = {
+    "tag": "runIsolated",
+    "attached": False,
+    "spec": {"tag": "localProcess", "argv": ["true"], "env": {"API_KEY": SECRET_ENV}},
+}
 #: Turn 1 waits on a and an isolated call, turn 2 on b and another, then the answer.
 AGENT = {
     "slug": "canaries",
