@@ -31,6 +31,12 @@ DIGEST = hashlib.sha256(CANARY.encode()).hexdigest()
 WORKER = """
 import hashlib, json, os, sys
 request = json.loads(sys.stdin.buffer.read())
+if request["kind"] == "DescribeRequest":
+    sys.stdout.write(json.dumps({"kind": "DescribeResult", "version": "1.0",
+        "worker": {"name": "env_worker", "version": "1.0"}, "supported_versions": ["1.0"],
+        "tools": [{"name": "probe", "description": "its env", "input_schema": {},
+                   "effects": "none"}]}))
+    sys.exit(0)
 got = os.environ.get("API_KEY", "")
 digest = hashlib.sha256(got.encode()).hexdigest() if got else "none"
 sys.stdout.write(json.dumps({"kind": "ToolCallResult", "version": "1.0",
