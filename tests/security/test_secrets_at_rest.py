@@ -1,7 +1,7 @@
 """Issue 23, finding 4 and item 4: a spec's env value is never stored or shown, yet the
 worker gets it. A canary value sits in a localProcess spec's env; sessions run through
-the real CLI (`run`, `session run-isolated --agent-file`, `worker --agents`), and every
-output (their stdout and stderr, `session show/pending/list`, `audit`, the API's answers
+the real CLI (`run` attached, `session run-isolated --agent-file`, `worker --agents`),
+and every output (their stdout and stderr, `session show/pending/list`, `audit`, the API's answers
 and events over a real uvicorn) and every byte of the store's files (the SQLite file,
 its -wal and -shm) is searched for it: never found. The worker reports a digest of what
 it received, which matches the canary's."""
@@ -44,16 +44,16 @@ sys.stdout.write(json.dumps({"kind": "ToolCallResult", "version": "1.0",
 """
 
 
-def agent(worker: Path) -> dict[str, Any]:
+def agent(worker: Path, attached: bool = False) -> dict[str, Any]:
     return {
-        "slug": "secretive",
+        "slug": "attached" if attached else "secretive",
         "provider": {"tag": "scripted", "responses": [
             {"text": "probing", "tool_calls": [
                 {"id": "c1", "name": "probe", "arguments": {}}]},
             {"text": "the worker saw {{result:c1}}"}]},
         "executionMode": "asynchronous",
         "toolCallPolicyConfig": {"rules": [{"tool": "probe", "disposition": {
-            "tag": "runIsolated", "attached": False,
+            "tag": "runIsolated", "attached": attached,
             "spec": {"tag": "localProcess", "argv": [sys.executable, str(worker)],
                      "env": {"API_KEY": CANARY}}}}]},
     }  # fmt: skip
@@ -85,6 +85,7 @@ def test_env_values_reach_the_worker_and_nothing_else(tmp_path: Path) -> None:
     worker = tmp_path / "env_worker.py"
     worker.write_text(WORKER)
     (agents / "secretive.json").write_text(json.dumps(agent(worker)))
+    (agents / "attached.json").write_text(json.dumps(agent(worker, attached=True)))
     agent_file = str(agents / "secretive.json")
     store = store_dir / "state.db"
     out = Outputs(tmp_path, store)
@@ -102,7 +103,11 @@ def test_env_values_reach_the_worker_and_nothing_else(tmp_path: Path) -> None:
     second = session_of(out.cli("run", "--agent-file", agent_file, "--prompt", "go").stdout)
     out.cli("worker", "--agents", str(agents), "--exit-when-idle", "--poll-seconds", "0.2")
 
-    for sid in (first, second):
+    # Attached: `run` itself runs the call, with the definition it was given.
+    ran = json.loads(out.cli("run", "--agent-file", str(agents / "attached.json"), "--prompt",
+                             "go", "--json").stdout)  # fmt: skip
+    third = ran["session_id"]
+    for sid in (first, second, third):
         out.cli("session", "show", sid)
         shown = json.loads(out.cli("session", "show", sid, "--json").stdout)
         assert shown["status"] == "completed", shown
@@ -111,7 +116,7 @@ def test_env_values_reach_the_worker_and_nothing_else(tmp_path: Path) -> None:
         out.cli("session", "pending", sid)
     out.cli("session", "list")
     audit = out.cli("audit", "--json", "--limit", "0").stdout
-    assert audit.count('"tool":"probe"') + audit.count('"tool": "probe"') == 2, audit
+    assert audit.count('"tool":"probe"') + audit.count('"tool": "probe"') == 3, audit
 
     # The API and its events, over the same store.
     served = SQLiteStore(store)
