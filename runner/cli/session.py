@@ -239,16 +239,20 @@ def pending(
 
 @session_app.command("run-isolated")
 def run_isolated(
+    ctx: typer.Context,
     session_id: SessionId,
+    agent_file: AgentFileOption = None,
     store: StoreOption = DEFAULT_STORE,
     pool_size: PoolSizeOption = None,
     runtime: RuntimeOption = None,
     audit: AuditOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run the detached isolated calls a session waits on, and record their results."""
+    """Run the detached isolated calls a session waits on, and record their results
+    (the env values of their specs, never stored, come from --agent-file)."""
+    chosen = agent_file or (ctx.obj or {}).get("agent_file")
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id, audit=audit)
+        agent = stored_agent(opened, session_id, chosen, audit)
         report = run_pooled(agent, pool_size, lambda a: a.run_isolated(session_id), runtime)
         print_report(report, as_json)
 

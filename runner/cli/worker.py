@@ -30,6 +30,7 @@ import signal
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Annotated
 
 import anyio
@@ -60,6 +61,7 @@ from runner.session import (
     default_lease_seconds,
     default_owner,
 )
+from runner.session.agent import remember_files
 from runner.session.audit import AuditSetting
 from runner.state import Session
 from runner.stores import DurableStore
@@ -84,8 +86,21 @@ def worker(
     exit_when_idle: Annotated[
         bool, typer.Option("--exit-when-idle", help="exit once no session is due or running")
     ] = False,
+    agents: Annotated[
+        Path | None,
+        typer.Option(
+            "--agents",
+            file_okay=False,
+            exists=True,
+            help="agent files whose env"
+            " values this worker gives to isolated calls (the store never holds"
+            " them; a call needing values it lacks is left for another process)",
+        ),
+    ] = None,
 ) -> None:
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
+    if agents is not None:
+        log(f"worker: {remember_files(agents)} agent file(s) read from {agents}")
     with open_store(store, "the worker (it shares sessions with other processes)") as durable:
         anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle, pool_size,
                   pool_idle_seconds, runtime, audit)  # fmt: skip

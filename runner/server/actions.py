@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runner.server.problems import Problem, responses
 from runner.server.routes import Caller, Config, call, engine_errors, require, stored_agent
+from runner.server.visibility import view_of
 
 router = APIRouter()
 _SESSION_ANSWERS = responses(404, 409, 422)
@@ -45,7 +46,7 @@ async def pause(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     with engine_errors():
         report = await agent.step(session_id)
     tokens = [c.token for c in report.session.waiting_on()]
-    return {**report.to_dict(), "continuation_tokens": tokens}
+    return {**view_of(who).report(report), "continuation_tokens": tokens}
 
 
 @router.post("/v1/continuations/{token}/retry", responses=_SESSION_ANSWERS)

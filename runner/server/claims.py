@@ -32,6 +32,7 @@ from runner.server.routes import (
     require,
     wake,
 )
+from runner.server.visibility import view_of
 from runner.session.claims import sweep_claims
 from runner.session.results import result_from_value
 from runner.state import ToolResult
@@ -87,7 +88,7 @@ async def claim_calls(body: ClaimRequest, request: Request, config: Config,
         claims = await store_call(store.claim_calls, body.tools, worker, body.lease_seconds,
                                   body.max)  # fmt: skip
         if claims:
-            return {"claims": [claim_entry(c) for c in claims]}
+            return {"claims": view_of(who).calls([claim_entry(c) for c in claims])}
         left = deadline - anyio.current_time()
         if left <= 0 or await request.is_disconnected():
             return {"claims": []}

@@ -31,7 +31,6 @@ replays it, and a subscriber that is behind misses it. docs/events.md says why.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -48,6 +47,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from runner.server.auth import Grant
 from runner.server.problems import Problem, responses
 from runner.server.routes import Caller, Config, call, require
+from runner.server.visibility import View, view_of
 from runner.session.output import CALL_OUTPUT, CallOutputBus, LiveOutput
 from runner.stores import DurableStore, Event, StoreError
 
@@ -211,10 +211,9 @@ router = APIRouter(lifespan=lifespan)
 
 
 def visible_to(who: Grant | None) -> Wants:
-    """Operators and viewers see every event, a worker its tools' call events."""
-    if who is None or who.role in ("operator", "viewer"):
-        return lambda event: True
-    return lambda event: event.kind.startswith("call.") and who.may_use(str(event.data.get("tool")))
+    """Operators and viewers see every event, a worker its tools' call events (the
+    caller's View decides: runner.server.visibility)."""
+    return view_of(who).sees_event
 
 
 def hub_of(request: Request) -> EventHub:
@@ -256,18 +255,18 @@ async def known_session(session_id: str, config: Config, who: Watcher) -> str:
 KnownSession = Annotated[str, Depends(known_session)]
 
 
-def message(event: Event) -> ServerSentEvent:
+def message(event: Event, view: View) -> ServerSentEvent | None:
+    """The event as the caller's View shows it (None: not to this caller)."""
+    text = view.event_text(event)
+    if text is None:
+        return None
     if event.seq == LIVE_SEQ:  # not in the log: no id, so Last-Event-ID is left as it was
-        body = {"kind": event.kind, "at_ms": event.at_ms, **event.data}
-        return ServerSentEvent(raw_data=json.dumps(body, separators=(",", ":")),
-                               event=event.kind)  # fmt: skip
-    body = {"seq": event.seq, "kind": event.kind, "at_ms": event.at_ms, **event.data}
-    return ServerSentEvent(raw_data=json.dumps(body, separators=(",", ":")), event=event.kind,
-                           id=str(event.seq))  # fmt: skip
+        return ServerSentEvent(raw_data=text, event=event.kind)
+    return ServerSentEvent(raw_data=text, event=event.kind, id=str(event.seq))
 
 
 async def stream(
-    hub: EventHub, after: int | None, wants: Wants, session_id: str | None = None
+    hub: EventHub, after: int | None, wants: Wants, view: View, session_id: str | None = None
 ) -> AsyncIterator[ServerSentEvent]:
     """The events after seq `after` (None: the newest the hub has read) that `wants`
     takes, then each new one as it comes, until the hub closes or the client goes."""
@@ -290,17 +289,20 @@ async def stream(
                         log.warning("events: a stream ends: reading the log failed: %s", exc)
                         return
                     for event in page:
-                        if wants(event):
-                            yield message(event)
+                        if wants(event) and (sent := message(event, view)) is not None:
+                            yield sent
                         cursor = event.seq
                     if len(page) < PAGE:
                         cursor = max(cursor, target)
             elif subscriber.queue:
                 event = subscriber.queue.popleft()
+                sent = message(event, view)
                 if event.seq == LIVE_SEQ:
-                    yield message(event)
+                    if sent is not None:
+                        yield sent
                 elif event.seq > cursor:
-                    yield message(event)
+                    if sent is not None:
+                        yield sent
                     cursor = event.seq
             else:
                 await subscriber.wait()
@@ -326,7 +328,7 @@ async def session_events(
     `Last-Event-ID` / `after`). A worker sees only its tools' call events."""
     visible = visible_to(who)
     wants: Wants = lambda event: event.session_id == session and visible(event)  # noqa: E731
-    async for item in stream(hub, after or 0, wants, session):
+    async for item in stream(hub, after or 0, wants, view_of(who), session):
         yield item
 
 
@@ -334,5 +336,5 @@ async def session_events(
 async def all_events(who: Watcher, hub: Hub, after: After) -> AsyncIterator[ServerSentEvent]:
     """Every session's events the caller may see as Server-Sent Events, from now (or
     after `Last-Event-ID` / `after`). A worker sees only its tools' call events."""
-    async for item in stream(hub, after, visible_to(who)):
+    async for item in stream(hub, after, visible_to(who), view_of(who)):
         yield item

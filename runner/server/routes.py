@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.server import intake
 from runner.server.auth import Grant, identify
 from runner.server.problems import Problem, responses
+from runner.server.visibility import view_of
 from runner.session import (
     AgentError,
     DurableAgent,
@@ -36,6 +37,7 @@ from runner.session import (
     pending_entry,
     with_durable_workflows,
 )
+from runner.session.agent import remember_files
 from runner.session.operator import CONDITIONS, conditions, session_document
 from runner.session.results import ResultError, result_from_value
 from runner.state.transitions import overdue
@@ -149,7 +151,18 @@ async def stored_agent(store: DurableStore, session_id: str) -> DurableAgent:
         return await agents.of_hash(session.agent_hash)
 
 
-router = APIRouter()
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Read the agents directory once at start: the env values of its specs are never
+    stored, and the sessions this process advances get them from these files."""
+    agents_dir = app.state.settings.agents_dir
+    if agents_dir is not None:
+        read = await anyio.to_thread.run_sync(remember_files, agents_dir)
+        log.info("read %d agent file(s) from %s", read, agents_dir)
+    yield
+
+
+router = APIRouter(lifespan=lifespan)
 
 
 @router.get("/healthz")
@@ -210,7 +223,7 @@ async def list_sessions(
                 out.append({**row.__dict__, "conditions": found})
         return out
 
-    return {"sessions": await call(rows)}
+    return view_of(who).body({"sessions": await call(rows)})
 
 
 @router.get("/v1/sessions/{session_id}", responses=responses(404, 409, 422))
@@ -223,7 +236,7 @@ async def show_session(session_id: str, config: Config, who: Caller) -> dict[str
         return session_document(session, store.lease(session_id), store.now_ms(),
                                 store.late_results(session_id))  # fmt: skip
 
-    return await call(document)
+    return view_of(who).document(await call(document))
 
 
 @router.get("/v1/sessions/{session_id}/pending", responses=responses(404, 409, 422))
@@ -232,9 +245,9 @@ async def pending(session_id: str, config: Config, who: Caller) -> dict[str, Any
     store = config.store
     session = await call(lambda: store.load(session_id, history=False))
     late = {c.id for c in overdue(session, await call(store.now_ms))}
-    calls = [pending_entry(c, overdue=c.id in late) for c in session.open_calls()
-             if who is None or who.role != "worker" or who.may_use(c.tool)]  # fmt: skip
-    return {"session_id": session.id, "status": session.status, "calls": calls}
+    view = view_of(who)
+    calls = view.calls([pending_entry(c, overdue=c.id in late) for c in session.open_calls()])
+    return view.body({"session_id": session.id, "status": session.status, "calls": calls})
 
 
 async def wake(config: Config, who: Grant | None, token: str, result: ToolResult,
@@ -268,10 +281,10 @@ async def wake(config: Config, who: Grant | None, token: str, result: ToolResult
         quick = replace(agent, lease_wait_s=RESUME_LEASE_WAIT_S)
         with engine_errors():
             try:
-                body["resumed"] = (await quick.resume(found.session_id)).to_dict()
+                body["resumed"] = view_of(who).report(await quick.resume(found.session_id))
             except LeaseBusy:  # held by a live process, which continues it
                 body["resumed"] = None
-    return JSONResponse(body)
+    return JSONResponse(view_of(who).body(body))
 
 
 @router.post("/v1/continuations/{token}", responses=responses(404, 409, 410))
@@ -314,7 +327,7 @@ async def resume(
     with engine_errors():
         report = await agent.resume(session_id, unquarantine=options.unquarantine,
                                     retry=options.retry)  # fmt: skip
-    return report.to_dict()
+    return view_of(who).report(report)
 
 
 def resume_refusal(session: Session, options: ResumeOptions) -> str | None:

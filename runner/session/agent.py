@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +33,9 @@ from runner.llm import EnvironmentProvider as EnvironmentProvider  # re-exported
 from runner.llm import OpenAIProvider as OpenAIProvider  # re-exported
 from runner.llm import ScriptedProvider as ScriptedProvider  # re-exported
 from runner.session.policy import PolicyConfig
+from runner.session.secrets import KEYRING, has_secrets, redact, redacted_names
+
+logger = logging.getLogger(__name__)
 
 
 class AgentError(ValueError):
@@ -122,7 +126,24 @@ class Agent(_Spec):
         return spec.effects if spec is not None else "external"
 
     def to_document(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
+        """The definition as stored, hashed and shown: env values redacted
+        (runner.session.secrets); the Agent itself keeps them for its calls."""
+        return redact(self.model_dump(mode="json", by_alias=True))
+
+    @property
+    def secrets_key(self) -> str:
+        """What a definition's secrets are remembered under: the hash of its stored
+        document, execution mode aside (commands choose it)."""
+        document = self.to_document()
+        document.pop("executionMode", None)
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def secret_names(self) -> list[str]:
+        """The env names whose values this definition lacks (it was read from a store
+        and this process never saw the definition that has them)."""
+        return redacted_names(self.model_dump(mode="json", by_alias=True))
 
     @property
     def hash(self) -> str:
@@ -183,7 +204,44 @@ def parse_agent(document: Any, where: str = "agent") -> Agent:
             ScriptedLLM(agent.provider.responses)
         except ValueError as exc:
             raise AgentError(f"{where}: provider: {exc}") from None
+    # A definition with secret values is remembered; a stored (redacted) one is answered
+    # with the remembered definition, if this process has seen it.
+    if has_secrets(document):
+        remember(agent)
+    elif redacted_names(document):
+        return with_secrets(agent)
     return agent
+
+
+def remember(agent: Agent) -> None:
+    """Keep `agent`'s secret values for the stored documents of it this process reads."""
+    if has_secrets(agent.model_dump(mode="json", by_alias=True)):
+        KEYRING.remember(agent.secrets_key, agent)
+
+
+def remember_files(directory: Path) -> int:
+    """Read every agent file (`*.json`) in `directory` so that its secret values are
+    remembered (runner.session.secrets); the number read. A file that does not load is
+    logged and passed over: a directory may hold other JSON files."""
+    read = 0
+    for path in sorted(directory.glob("*.json")):
+        try:
+            load_agent(path)
+        except AgentError as exc:
+            logger.info("not an agent file (its secrets are not remembered): %s", exc)
+        else:
+            read += 1
+    return read
+
+
+def with_secrets(agent: Agent) -> Agent:
+    """`agent` with the secret values of the remembered definition it was stored from
+    (in `agent`'s execution mode), or `agent` itself when there is none."""
+    known = KEYRING.known(agent.secrets_key)
+    if not isinstance(known, Agent):
+        return agent
+    return known if known.execution_mode == agent.execution_mode else known.with_mode(
+        agent.execution_mode)  # fmt: skip
 
 
 #: agents-exe's names for what our `provider` and `system_prompt` hold.

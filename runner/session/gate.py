@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import anyio.to_thread
 
 from runner.isolation import sweep_orphans
-from runner.session.agent import AgentError, parse_agent
+from runner.session.agent import AgentError, parse_agent, remember
 from runner.session.leases import Holder, hold
 from runner.session.runtime import Runtime
 from runner.state import (
@@ -105,6 +105,7 @@ async def _check_versions(
                 f" ({changed}); give --allow-agent-change to continue with this one"
             )
         store = rt.storage.store
+        remember(rt.agent)  # the store gets the document without its secret values
         await rt.storage.run(store.put_agent, rt.agent.hash, rt.agent.to_document())
         session.agent_hash = rt.agent.hash
         await rt.commit(session, holder)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runner.session.secrets import redact
 from runner.state import Session, ToolResult
 from runner.state.transitions import overdue
 from runner.stores.base import Lease
@@ -97,7 +98,8 @@ def session_document(
     show --json` prints and the server's GET /v1/sessions/{id} returns). A deferred call
     past its expiry shows as expired even before a lease holder records it."""
     document: dict[str, Any] = {
-        **json.loads(session.to_json()), "why": explain(session, lease, now_ms),
+        # redact: a session stored before secrets were kept out of stored decisions
+        **redact(json.loads(session.to_json())), "why": explain(session, lease, now_ms),
         "late_results": [{"call_id": c, "result": r.model_dump()} for c, r in late],
         "conditions": conditions(session, lease, now_ms),
     }  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runner.session.secrets import redact
 from runner.state import Session, SessionStatus, TrackedCall
 
 #: llm_retry: the model call failed and will be tried again (`llm_next_attempt_ms`);
@@ -57,7 +58,7 @@ def pending_entry(call: TrackedCall, *, overdue: bool = False) -> dict[str, Any]
     reported as expired (the next process to hold the session expires it)."""
     entry: dict[str, Any] = {
         "tool": call.tool, "tool_call_id": call.id, "continuation_token": call.token,
-        "state": "expired" if overdue else call.state, "disposition": call.disposition,
+        "state": "expired" if overdue else call.state, "disposition": redact(call.disposition),
         "call": {"id": call.id, "name": call.tool, "arguments": call.arguments},
     }  # fmt: skip
     if overdue:

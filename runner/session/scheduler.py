@@ -32,7 +32,7 @@ from runner.llm import (
     provider_for,
 )
 from runner.session import commands, stepper
-from runner.session.agent import Agent
+from runner.session.agent import Agent, remember
 from runner.session.audit import AuditSetting, default_audit, open_audit
 from runner.session.execute import runner_for_spec
 from runner.session.gate import GateSettings, SessionError, open_session
@@ -124,6 +124,7 @@ class DurableAgent:
             session.created_ms = session.updated_ms = self.store.now_ms()
         if attachments:
             session.turns[0] = UserTurn(text=prompt, attachments=list(attachments))
+        remember(self.agent)  # the store gets the document without its secret values
         return self.store.create(session, self.agent.to_document())
 
     async def run(self, prompt: str, attachments: Sequence[Attachment] = ()) -> StepReport:

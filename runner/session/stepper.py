@@ -22,6 +22,7 @@ import logging
 import math
 import random
 from dataclasses import replace
+from typing import Any
 
 import anyio
 
@@ -47,6 +48,7 @@ from runner.session.policy import (
 )
 from runner.session.reports import StepReport
 from runner.session.runtime import Runtime
+from runner.session.secrets import redact, redacted_names, unavailable
 from runner.state import (
     LlmTurn,
     PartialUserTurn,
@@ -228,7 +230,8 @@ def _track(
     now = rt.clock.now_ms()
     call = TrackedCall(
         id=requested.id, token=new_token(), tool=requested.name,
-        arguments=requested.arguments, state="ready", disposition=to_json(disposition),
+        arguments=requested.arguments, state="ready",
+        disposition=redact(to_json(disposition)),  # secret values are never stored
         turn=turn, label=label, idempotency_key=f"{session.id}/{requested.id}",
         created_ms=now, updated_ms=now,
     )  # fmt: skip
@@ -294,7 +297,7 @@ async def _run_calls(
     rt: Runtime, session: Session, calls: list[TrackedCall], holder: Holder, more: bool = False
 ) -> StepReport:
     now = rt.clock.now_ms()
-    plans = [(c, _disposition(rt, c)) for c in calls]
+    plans = [(c, _disposition(rt, session, c)) for c in calls]
     for call in calls:
         move_call(call, "running", now)
     if holder.lost or any(stored_before_start(rt.agent, c, d) for c, d in plans):
@@ -367,9 +370,37 @@ async def _execute(
     return finished
 
 
-def _disposition(rt: Runtime, call: TrackedCall) -> AnyDisposition:
+def _disposition(rt: Runtime, session: Session, call: TrackedCall) -> AnyDisposition:
     disposition = from_json(call.disposition)
+    if redacted_names(call.disposition):
+        disposition = _with_secrets(rt, session, call, disposition)
     limit = rt.agent.async_call_timeout_seconds
     if limit is not None and not isinstance(unwrap(disposition)[1], RunSync):
         disposition = Decorate(decorators=[Timeout(seconds=limit)], inner=disposition)
     return disposition
+
+
+def _with_secrets(
+    rt: Runtime, session: Session, call: TrackedCall, stored: AnyDisposition
+) -> AnyDisposition:
+    """The stored disposition with its spec's env values, which are never stored: the
+    agent's policy gives the call its spec again, which must be the stored one, values
+    aside. A process without the values (it never saw the agent definition that has
+    them) refuses before the call starts, so the call waits for one that has them."""
+    where = f"call {call.id} of session {session.id}"
+    requested = RequestedCall(id=call.id, name=call.tool, arguments=call.arguments)
+    fresh = rt.policy(PolicyContext(session.id, rt.agent.slug, call.turn), requested)
+    _, base = unwrap(stored)
+    _, now = unwrap(fresh)
+    if not (isinstance(base, RunIsolated) and isinstance(now, RunIsolated)
+            and redact(_spec_json(now)) == _spec_json(base)):  # fmt: skip
+        raise SessionError(f"{where}: the agent's policy no longer gives the spec the call"
+                           " was stored with, and its env values are never stored")  # fmt: skip
+    missing = redacted_names(_spec_json(now))
+    if missing:
+        raise SessionError(unavailable(missing, where))
+    return _rebase(stored, base.model_copy(update={"spec": now.spec}))
+
+
+def _spec_json(isolated: RunIsolated) -> dict[str, Any]:
+    return isolated.spec.model_dump(mode="json", by_alias=True)

@@ -27,15 +27,23 @@ class StoredAgents:
                  size: int = AGENTS_KEPT) -> None:  # fmt: skip
         self._store, self._build, self._size = store, build, size
         self._kept: OrderedDict[str, DurableAgent] = OrderedDict()
+        #: Hashes whose agent lacks secret values (runner.session.secrets): read again
+        #: until this process has seen the definition that has them.
+        self._lacking: set[str] = set()
 
     async def of_hash(self, agent_hash: str) -> DurableAgent:
         """The agent stored under `agent_hash` (StoreError when there is none, AgentError
         when it no longer parses). Call from one event loop."""
         durable = self._kept.get(agent_hash)
-        if durable is None:
+        if durable is None or agent_hash in self._lacking:
             document = await anyio.to_thread.run_sync(self._store.agent_document, agent_hash)
             agent = parse_agent(document, "stored agent").with_mode("asynchronous")
-            durable = self._kept[agent_hash] = self._build(agent)
+            if durable is None or not agent.secret_names:
+                durable = self._kept[agent_hash] = self._build(agent)
+            if agent.secret_names:
+                self._lacking.add(agent_hash)
+            else:
+                self._lacking.discard(agent_hash)
             while len(self._kept) > self._size:
                 self._kept.popitem(last=False)
         self._kept.move_to_end(agent_hash)
