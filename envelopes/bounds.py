@@ -80,6 +80,22 @@ PATH_PATTERN = rf"^[^/{PATH_FORBIDDEN_CLASS}]+(?:/[^/{PATH_FORBIDDEN_CLASS}]+)*$
 PATH_DOT_COMPONENT_PATTERN = r"(?:^|/)\.\.?(?:/|$)"
 #: A component over 255 characters: a path matching this is refused.
 PATH_LONG_COMPONENT_PATTERN = r"[^/]{256}"
+#: A component of 256 bytes or more of UTF-8 that the character count above misses: 128
+#: characters of two bytes or more, or 86 of three bytes or more (surrogates excluded,
+#: so a UTF-16 engine never counts an astral character twice). Sound, not complete: a
+#: mix (150 ASCII and 40 three-byte characters) is left to the readers' byte count.
+PATH_MULTIBYTE_COMPONENT_PATTERNS: tuple[str, ...] = (
+    r"(?:^|/)(?:[^/\u0080-\uffff]{0,254}[\u0080-\uffff]){128}",
+    r"(?:^|/)(?:[^/\u0800-\ud7ff\ue000-\uffff]{0,254}[\u0800-\ud7ff\ue000-\uffff]){86}",
+)
+#: The line terminators after which an anchoring `$` still matches in some engines
+#: (Python `re` and PCRE before a final LF; Java before any of these). Every published
+#: string schema with an anchored pattern also refuses a string holding one (under a
+#: `not`), since none of these patterns admits one anywhere.
+LINE_TERMINATOR_PATTERN = r"[\n\r\u0085\u2028\u2029]"
+#: The same for the path rules, whose components may hold U+2028 and U+2029 (the others
+#: are control characters, refused anywhere in a path).
+PATH_LINE_TERMINATOR_PATTERN = r"[\n\r\u0085]"
 #: A `collect` pattern: the path rules, with `*`, `?` and `**` as wildcards and no `[...]`.
 GLOB_PATTERN = rf"^[^/\[\]{PATH_FORBIDDEN_CLASS}]+(?:/[^/\[\]{PATH_FORBIDDEN_CLASS}]+)*$"
 #: Strict base64 for input files: standard alphabet, padded, length a multiple of 4.

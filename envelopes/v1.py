@@ -62,7 +62,9 @@ from envelopes.bounds import (
     MAX_PATH_BYTES,
     OUTPUT_TAIL_MAX,
     PATH_DOT_COMPONENT_PATTERN,
+    PATH_LINE_TERMINATOR_PATTERN,
     PATH_LONG_COMPONENT_PATTERN,
+    PATH_MULTIBYTE_COMPONENT_PATTERNS,
     PATH_PATTERN,
 )
 
@@ -380,6 +382,8 @@ def _path_schema(pattern: str) -> dict[str, Any]:
             "anyOf": [
                 {"pattern": PATH_DOT_COMPONENT_PATTERN},
                 {"pattern": PATH_LONG_COMPONENT_PATTERN},
+                *({"pattern": p} for p in PATH_MULTIBYTE_COMPONENT_PATTERNS),
+                {"pattern": PATH_LINE_TERMINATOR_PATTERN},
             ]
         },
     }
@@ -398,6 +402,12 @@ GlobPattern = Annotated[
 def is_padded_base64(text: str) -> bool:
     """bounds.BASE64_PADDED_PATTERN: standard alphabet, padded to a multiple of 4."""
     return len(text) % 4 == 0 and _BASE64_ALPHABET.fullmatch(text) is not None
+
+
+def _checked_padded_base64(value: str) -> str:
+    if not is_padded_base64(value):
+        raise ValueError("not base64 (standard alphabet, padded to a multiple of 4)")
+    return value
 
 
 def base64_decoded_size(text: str) -> int:
@@ -563,9 +573,20 @@ class ToolCallRequest(Inbound):
     context: CallContext | None = None
     extensions: (
         Annotated[
-            dict[Annotated[str, Field(pattern=EXTENSION_KEY_PATTERN)], JsonValue],
-            # Closed, so the schema refuses un-namespaced keys as the model does.
-            Field(max_length=MAX_EXTENSIONS, json_schema_extra={"additionalProperties": False}),
+            dict[
+                Annotated[str, Field(pattern=EXTENSION_KEY_PATTERN, max_length=MAX_KEY)], JsonValue
+            ],
+            Field(max_length=MAX_EXTENSIONS),
+            # Every key namespaced, as the model says (propertyNames, not patternProperties:
+            # so the key's pattern also gets the schemas' line-terminator rule).
+            WithJsonSchema(
+                {
+                    "type": "object",
+                    "maxProperties": MAX_EXTENSIONS,
+                    "propertyNames": {"maxLength": MAX_KEY, "pattern": EXTENSION_KEY_PATTERN},
+                    "additionalProperties": _JSON_VALUE_SCHEMA,
+                }
+            ),
         ]
         | None
     ) = Field(default=None, description="Namespaced keys (`vendor/key`); ignored when unknown.")
@@ -621,7 +642,15 @@ class JsonOutput(Outbound):
 class MediaOutput(Outbound):
     type: Literal["media"] = "media"
     mime_type: Annotated[str, Field(pattern=MIME_PATTERN, max_length=193)]
-    base64_data: Annotated[str, Field(pattern=BASE64_PATTERN, max_length=MAX_STRING)]
+    # Padded, as section 4.1 says (the schema's pattern and is_padded_base64 agree).
+    base64_data: Annotated[
+        str,
+        Field(max_length=MAX_STRING),
+        AfterValidator(_checked_padded_base64),
+        WithJsonSchema(
+            {"type": "string", "maxLength": MAX_STRING, "pattern": BASE64_PADDED_PATTERN}
+        ),
+    ]
     filename: Annotated[str, Field(pattern=FILENAME_PATTERN, max_length=255)] | None = None
     path: RelativePath | None = Field(
         default=None,
