@@ -32,12 +32,18 @@ MAX_EXTENSIONS = 64
 # Identifiers: ASCII only and anchored, so Python `re` and ECMA-262 agree on them.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
-VERSION_PATTERN = r"^[0-9]{1,4}\.[0-9]{1,4}$"
+#: `major.minor`, each 0 or 1 to 4 digits without a leading zero (`1.01` is not a version),
+#: compared as the pair of numbers (`1.10` is after `1.9`).
+VERSION_PATTERN = r"^(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})$"
 EXTENSION_KEY_PATTERN = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MIME_PATTERN = r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}$"
 BASE64_PATTERN = r"^[A-Za-z0-9+/]*={0,2}$"
 FILENAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_. -]{0,254}$"
 WORKER_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$"
+
+#: The `id` of an answer to a request too broken to carry a valid id: ID_PATTERN refuses
+#: it, so no request can carry it (a result may).
+RESERVED_ID = "-"
 
 #: The codes a worker may send (v1.WorkerErrorCode spells the same list as a Literal).
 WORKER_ERROR_CODE_NAMES: tuple[str, ...] = (

@@ -122,6 +122,14 @@ def _as_worker_sends_it(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _as_runner_reports_it(schema: dict[str, Any]) -> dict[str, Any]:
+    # A runner's outcome always carries its request's id, never the reserved one.
+    schema["properties"]["id"] = next(
+        branch for branch in schema["properties"]["id"]["anyOf"] if "pattern" in branch
+    )
+    return schema
+
+
 def build(name: str, version: str = VERSION) -> dict[str, Any]:
     """The schema of envelope `name` in `version` (a key of SCHEMA_MODELS_BY_VERSION, or
     WORKER_RESULT)."""
@@ -136,6 +144,8 @@ def build(name: str, version: str = VERSION) -> dict[str, Any]:
         schema["$defs"] = dict(sorted(defs.items()))
     if name == WORKER_RESULT:
         schema = _as_worker_sends_it(schema)
+    elif name == "tool-call-result":
+        schema = _as_runner_reports_it(schema)
     return schema
 
 

@@ -125,6 +125,9 @@ from envelopes.bounds import (
     MIME_PATTERN as MIME_PATTERN,
 )
 from envelopes.bounds import (
+    RESERVED_ID as RESERVED_ID,
+)
+from envelopes.bounds import (
     SUPPORTED_VERSIONS as SUPPORTED_VERSIONS,
 )
 from envelopes.bounds import (
@@ -284,7 +287,7 @@ V1_1 = "1.1"
 #: Marks, in a generated schema, a property added after 1.0; envelopes.schema drops it
 #: from the schemas of earlier versions and removes the marker from the others.
 SINCE_MARKER = "x-agents-runner-since"
-_VERSION_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")
+_VERSION_RE = re.compile(VERSION_PATTERN.removeprefix("^").removesuffix("$"))
 
 
 def _since(version: str) -> dict[str, Any]:
@@ -297,6 +300,11 @@ def version_tuple(version: object) -> tuple[int, int] | None:
         return None
     major, minor = version.split(".")
     return int(major), int(minor)
+
+
+def highest_version(versions: tuple[str, ...] | list[str]) -> str:
+    """The highest of `versions` (`major.minor` strings), compared as numbers."""
+    return max(versions, key=lambda v: version_tuple(v) or (-1, -1))
 
 
 def version_at_least(version: object, minimum: str) -> bool:
@@ -715,7 +723,8 @@ class ToolCallResult(Outbound):
 
     kind: Literal["ToolCallResult"] = "ToolCallResult"
     version: Version = VERSION
-    id: Id
+    # RESERVED_ID answers a request too broken to carry a valid id (section 8).
+    id: Id | Literal["-"]
     status: Literal["ok", "error"]
     output: Output | None = None
     error: ErrorInfo | None = None
@@ -928,7 +937,5 @@ SCHEMA_MODELS_BY_VERSION: dict[str, dict[str, type[BaseModel]]] = {
 
 def major_of(version: str) -> int | None:
     """The major number of a `major.minor` string, or None when it is not one."""
-    head, dot, tail = version.partition(".")
-    if dot and head.isdigit() and tail.isdigit() and len(head) <= 4 and len(tail) <= 4:
-        return int(head)
-    return None
+    parsed = version_tuple(version)
+    return None if parsed is None else parsed[0]
