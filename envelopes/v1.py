@@ -177,10 +177,23 @@ ErrorCode = Literal[WorkerErrorCode, RunnerErrorCode]
 WORKER_ERROR_CODES: tuple[WorkerErrorCode, ...] = get_args(WorkerErrorCode)
 RUNNER_ERROR_CODES: tuple[RunnerErrorCode, ...] = get_args(RunnerErrorCode)
 ERROR_CODES: tuple[ErrorCode, ...] = WORKER_ERROR_CODES + RUNNER_ERROR_CODES
-#: Whether a retry of the same request can help, for the codes the runner synthesizes
-#: (workers set `retryable` themselves). A timeout or a crash may be transient; a memory
-#: or output overflow, bad output or a cancellation will happen again.
-RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
+#: The binding `retryable` column of section 5: whether a retry of the same request can
+#: help, by code; None for the one code where the worker decides (TOOL_FAILED). A runner
+#: replaces a worker's `retryable` by this value (`binding_retryable`), so a worker can
+#: neither make INVALID_ARGUMENTS retried nor a DEADLINE_EXCEEDED final. A timeout or a
+#: crash may be transient; a memory or output overflow, bad output or a cancellation will
+#: happen again.
+CODE_RETRYABLE: dict[ErrorCode, bool | None] = {
+    "UNSUPPORTED_VERSION": False,
+    "INVALID_REQUEST": False,
+    "UNKNOWN_TOOL": False,
+    "INVALID_ARGUMENTS": False,
+    "PERMISSION_DENIED": False,
+    "TOOL_FAILED": None,
+    "LIMIT_EXCEEDED": False,
+    "DEADLINE_EXCEEDED": True,
+    "UNAVAILABLE": True,
+    "INTERNAL": False,
     "WORKER_START_FAILED": False,
     "WORKER_TIMEOUT": True,
     "WORKER_CRASHED": True,
@@ -189,6 +202,17 @@ RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
     "OUTPUT_TOO_LARGE": False,
     "CANCELLED": False,
 }
+#: The same column for the codes the runner synthesizes (none of them is None).
+RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
+    code: bool(CODE_RETRYABLE[code]) for code in get_args(RunnerErrorCode)
+}
+
+
+def binding_retryable(code: str, retryable: bool) -> bool:
+    """`retryable` as section 5's column binds it for `code`: the column's value, or the
+    given one where the worker decides (TOOL_FAILED) or the code is not an envelope's."""
+    fixed = CODE_RETRYABLE.get(code)  # type: ignore[call-overload]
+    return retryable if fixed is None else fixed
 
 
 def is_worker_error_code(code: str) -> TypeGuard[WorkerErrorCode]:

@@ -147,7 +147,7 @@ def test_the_runner_accepts_the_workers_highest_version_in_an_unsupported_versio
                 "status": "ok",
                 "output": {"type": "text", "content": "hi"},
             }
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_any_other_version_mismatch_is_malformed(data: bytes) -> None:
