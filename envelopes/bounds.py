@@ -41,6 +41,11 @@ BASE64_PATTERN = r"^[A-Za-z0-9+/]*={0,2}$"
 FILENAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_. -]{0,254}$"
 WORKER_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$"
 
+#: `critical` (1.1): request members a worker must understand, or refuse the request.
+#: Each is a top-level member name or an extension key; at most this many, unique.
+CRITICAL_MEMBER_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+MAX_CRITICAL = 16
+
 #: The `id` of an answer to a request too broken to carry a valid id: ID_PATTERN refuses
 #: it, so no request can carry it (a result may).
 RESERVED_ID = "-"

@@ -79,10 +79,13 @@ def _echo_id(data: dict[str, Any]) -> str | None:
 
 
 def decode_request(
-    data: bytes, supported_versions: tuple[str, ...] = SUPPORTED_VERSIONS
+    data: bytes,
+    supported_versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+    understood_extensions: frozenset[str] = frozenset(),
 ) -> ToolCallRequest | DescribeRequest:
-    """Parse a request as a worker must (section 8.2): acceptable JSON, then `kind`, then
-    `version` (its grammar, then whether it is spoken), then the rest."""
+    """Parse a request as a worker must (section 8.1): acceptable JSON, then `kind`, then
+    `version` (its grammar, then whether it is spoken), then the rest, `critical` last
+    (section 3.1: a worker implements the extensions in `understood_extensions`)."""
     highest = highest_version(supported_versions)
     try:
         doc = wire.loads(data, max_bytes=MAX_REQUEST_BYTES)
@@ -117,7 +120,7 @@ def decode_request(
             highest,
         )
     try:
-        return _REQUEST_KINDS[kind].model_validate(doc)
+        request = _REQUEST_KINDS[kind].model_validate(doc)
     except ValidationError as exc:
         raise RequestError(
             "INVALID_REQUEST",
@@ -125,6 +128,14 @@ def decode_request(
             request_id,
             version,
         ) from None
+    problem = (
+        request.critical_problem(understood_extensions)
+        if isinstance(request, ToolCallRequest)
+        else None
+    )
+    if problem is not None:
+        raise RequestError("INVALID_REQUEST", problem, request_id, version)
+    return request
 
 
 def _is_unsupported_version_answer(doc: dict[str, Any]) -> bool:

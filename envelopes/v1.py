@@ -46,6 +46,7 @@ from envelopes.bounds import (
     COLLECT_MAX_BYTES_CEILING,
     COLLECT_MAX_FILES_CEILING,
     COLLECT_MAX_PATTERNS,
+    CRITICAL_MEMBER_PATTERN,
     EVENT_MESSAGE_MAX,
     EVENT_TEXT_MAX,
     EVENTS_DEFAULT_MAX_BYTES,
@@ -59,6 +60,7 @@ from envelopes.bounds import (
     GLOB_PATTERN,
     MAX_CAPABILITIES,
     MAX_COMPONENT_BYTES,
+    MAX_CRITICAL,
     MAX_PATH_BYTES,
     OUTPUT_TAIL_MAX,
     PATH_DOT_COMPONENT_PATTERN,
@@ -589,7 +591,41 @@ class EventBudget(Inbound):
 
 
 #: The request members 1.1 adds; in a request whose version is 1.0 they are ignored.
-REQUEST_FIELDS_1_1: tuple[str, ...] = ("files", "collect", "events")
+REQUEST_FIELDS_1_1: tuple[str, ...] = ("files", "collect", "events", "critical")
+
+_CRITICAL_MEMBER_RE = re.compile(CRITICAL_MEMBER_PATTERN.removeprefix("^").removesuffix("$"))
+_EXTENSION_KEY_RE = re.compile(EXTENSION_KEY_PATTERN.removeprefix("^").removesuffix("$"))
+
+
+def _checked_critical(names: list[str]) -> list[str]:
+    if len(set(names)) != len(names):
+        raise ValueError("critical: each name may appear once")
+    for index, name in enumerate(names):
+        if not (_CRITICAL_MEMBER_RE.fullmatch(name) or _EXTENSION_KEY_RE.fullmatch(name)):
+            raise ValueError(f"critical[{index}]: neither a member name nor an extension key")
+    return names
+
+
+Critical = Annotated[
+    list[str],
+    Field(max_length=MAX_CRITICAL),
+    AfterValidator(_checked_critical),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "maxItems": MAX_CRITICAL,
+            "uniqueItems": True,
+            "items": {
+                "type": "string",
+                "maxLength": MAX_KEY,
+                "anyOf": [
+                    {"pattern": CRITICAL_MEMBER_PATTERN},
+                    {"pattern": EXTENSION_KEY_PATTERN},
+                ],
+            },
+        }
+    ),
+]
 
 
 class ToolCallRequest(Inbound):
@@ -637,6 +673,38 @@ class ToolCallRequest(Inbound):
         description="1.1: present when the runner reads events on stderr.",
         json_schema_extra=_since(V1_1),
     )
+    critical: Critical | None = Field(
+        default=None,
+        description="1.1: members (or extension keys) present in this request that a"
+        " worker must implement, or refuse the request (INVALID_REQUEST).",
+        json_schema_extra=_since(V1_1),
+    )
+
+    @model_validator(mode="after")
+    def _critical_members_are_present(self) -> ToolCallRequest:
+        # A member these models do not know is dropped (must-ignore), so its presence is
+        # not checked here: critical_problem refuses it as not implemented.
+        fields = type(self).model_fields
+        for index, name in enumerate(self.critical or ()):
+            if "/" in name:
+                present = name in (self.extensions or {})
+            else:
+                present = name not in fields or getattr(self, name) is not None
+            if not present:
+                raise ValueError(f"critical[{index}]: {name!r} is not in the request")
+        return self
+
+    def critical_problem(self, understood_extensions: frozenset[str] = frozenset()) -> str | None:
+        """Why a worker on these models must refuse this request (section 3.1): a name in
+        `critical` it does not implement (a member these models do not know, or an
+        extension key not in `understood_extensions`), or None."""
+        for index, name in enumerate(self.critical or ()):
+            known = (
+                name in understood_extensions if "/" in name else name in type(self).model_fields
+            )
+            if not known:
+                return f"critical[{index}]: {name!r} is not implemented by this worker"
+        return None
 
     @model_validator(mode="before")
     @classmethod

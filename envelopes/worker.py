@@ -280,6 +280,8 @@ class Worker:
         kind = doc.get("kind")
         if kind == "DescribeRequest":
             return version
+        if "critical" in doc:  # must-understand: the models decide (section 3.1)
+            return None
         if kind != "ToolCallRequest":
             return None
         return check_call(doc)

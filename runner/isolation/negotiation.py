@@ -100,6 +100,11 @@ def plan(
         changes["events"] = EventBudget().to_wire()
     elif not events and request.events is not None:
         changes["events"] = None
+    # Input files and collect change what the tool runs on: a worker that does not
+    # implement them must refuse, not run without them (section 3.1).
+    must = [name for name in ("files", "collect") if getattr(request, name) is not None]
+    if not set(must) <= set(request.critical or ()):
+        changes["critical"] = [*dict.fromkeys([*(request.critical or ()), *must])]
     if not changes and (request.version == LATEST_VERSION or not _has_v11_fields(request)):
         return request  # unchanged: the very bytes a 1.0 runner would send
     doc = request.to_wire()

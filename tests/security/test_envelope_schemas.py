@@ -159,6 +159,7 @@ SAMPLES = {
     bounds.PATH_PATTERN: "out/a.png",
     bounds.GLOB_PATTERN: "out/*.png",
     bounds.CAPABILITY_PATTERN: "files",
+    bounds.CRITICAL_MEMBER_PATTERN: "files",
 }
 TERMINATORS = ["\n", "\r", "\r\n", "\u0085", "\u2028", "\u2029"]
 
