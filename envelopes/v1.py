@@ -919,10 +919,52 @@ class WorkerInfo(Outbound):
     version: Annotated[str, Field(min_length=1, max_length=64, pattern=WORKER_VERSION_PATTERN)]
 
 
+def _remote_reference(node: Any) -> str | None:
+    """The first `$ref`/`$dynamicRef` in a schema that points outside it, or None."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in ("$ref", "$dynamicRef"):
+                ref = item.get(key)
+                if isinstance(ref, str) and not ref.startswith("#"):
+                    return ref
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _checked_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    if schema.get("type") != "object":
+        raise ValueError('an input_schema describes an object: {"type": "object", ...}')
+    remote = _remote_reference(schema)
+    if remote is not None:
+        raise ValueError(f"$ref {remote[:80]!r} points outside the schema (no remote refs)")
+    return schema
+
+
+InputSchema = Annotated[
+    dict[str, Any],
+    AfterValidator(_check_json_bounds),
+    AfterValidator(_checked_input_schema),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_PROPERTIES,
+            "propertyNames": {"maxLength": MAX_KEY},
+            "additionalProperties": _JSON_VALUE_SCHEMA,
+            "required": ["type"],
+            "allOf": [{"properties": {"type": {"const": "object"}}}],
+        }
+    ),
+]
+
+
 class ToolDescription(Outbound):
     name: ToolName
     description: Annotated[str, Field(max_length=4096)]
-    input_schema: JsonObject
+    input_schema: InputSchema
     effects: Effects = Field(
         description="none: pure; contained: effects stay in the sandbox; external: reaches"
         " the outside world (never re-run when its outcome is unknown)."
@@ -946,7 +988,9 @@ class DescribeResult(Outbound):
     kind: Literal["DescribeResult"] = "DescribeResult"
     version: Version = VERSION
     worker: WorkerInfo
-    supported_versions: Annotated[list[Version], Field(min_length=1, max_length=16)]
+    supported_versions: Annotated[
+        list[Version], Field(min_length=1, max_length=16, json_schema_extra={"uniqueItems": True})
+    ]
     tools: Annotated[list[ToolDescription], Field(max_length=MAX_TOOLS)]
     capabilities: Capabilities | None = Field(
         default=None,
@@ -965,6 +1009,20 @@ class DescribeResult(Outbound):
         ):
             return {**data, "version": V1_1}  # built in Python with capabilities
         return data
+
+    @model_validator(mode="after")
+    def _unique_and_consistent(self) -> DescribeResult:
+        # Beyond JSON Schema (uniqueness by one member, membership): section 2.
+        if len(set(self.supported_versions)) != len(self.supported_versions):
+            raise ValueError("supported_versions: each version may appear once")
+        if self.version not in self.supported_versions:
+            raise ValueError(f"version: {self.version!r} is not in supported_versions")
+        seen: dict[str, int] = {}
+        for index, tool in enumerate(self.tools):
+            if tool.name in seen:
+                raise ValueError(f"tools[{index}].name: the same as tools[{seen[tool.name]}]")
+            seen[tool.name] = index
+        return self
 
     @model_validator(mode="after")
     def _members_of_its_version(self) -> DescribeResult:

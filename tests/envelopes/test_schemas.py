@@ -464,7 +464,9 @@ DESCRIBE = {
     "version": "1.0",
     "worker": {"name": "w", "version": "1.0.0"},
     "supported_versions": ["1.0"],
-    "tools": [{"name": "t", "description": "", "input_schema": {}, "effects": "none"}],
+    "tools": [
+        {"name": "t", "description": "", "input_schema": {"type": "object"}, "effects": "none"}
+    ],
 }
 TOOL = DESCRIBE["tools"][0]
 
