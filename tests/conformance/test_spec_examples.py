@@ -142,3 +142,58 @@ def test_the_spec_lists_every_check_id() -> None:
         ".deep_nesting",
     ]
     assert [i for i in ids if f"`{i}`" not in text] == []
+
+
+def _known_check(check_id: str) -> bool:
+    """Whether worker-check runs a check of this id (`echo.<tool>`: one per tool)."""
+    from runner.conformance import probes
+
+    source = "".join(p.read_text() for p in (REPO / "runner" / "conformance").glob("*.py"))
+    if check_id.endswith(".<tool>"):
+        return f'f"{check_id.removesuffix("<tool>")}{{tool.name}}"' in source
+    return (
+        f'"{check_id}"' in source
+        or check_id in probes.malformed()
+        or check_id in probes.HOSTILE_FILES
+        or check_id.startswith("version.")
+        and check_id.removeprefix("version.") in source
+    )
+
+
+def _test_exists(path: str, name: str) -> bool:
+    file = REPO / path
+    return file.is_file() and re.search(rf"^(async )?def {name}\(", file.read_text(),
+                                        re.MULTILINE) is not None  # fmt: skip
+
+
+def test_every_must_has_a_row_and_every_row_a_test() -> None:
+    text = (REPO / "docs" / "envelope-v1.md").read_text(encoding="utf-8")
+    body, _, table = text.partition("\n## 12. Every MUST and what verifies it")
+    body = body[body.index("| document") :]  # after the key words' own definition
+    body = body.replace("### 11.7 MUST for runners, SHOULD for workers", "")
+    body = body.replace("its `required` checks are the\nMUSTs below", "")
+    untagged, tags = [], set()
+    for match in re.finditer(r"\bMUST\b", body):
+        end = min(i for i in (body.find(". ", match.end()), body.find(".\n", match.end()),
+                              body.find(" |", match.end()), body.find("\n\n", match.end()),
+                              len(body)) if i >= 0)  # fmt: skip
+        found = re.findall(r"\[R(\d+)\]", body[match.start() : end + 1])
+        if not found:
+            untagged.append(body[max(0, match.start() - 60) : match.end() + 60])
+        tags.update(found)
+    assert untagged == [], untagged
+    rows = dict(re.findall(r"^\| R(\d+) \| (?:runner|worker|both) \| (.+) \|$", table, re.M))
+    assert sorted(tags, key=int) == sorted(rows, key=int)
+    missing = []
+    for tag, cell in rows.items():
+        cited = re.findall(r"`([^`]+)`", cell)
+        assert cited, f"R{tag} names nothing"
+        for item in cited:
+            if item.startswith("tests/"):
+                path, _, name = item.partition("::")
+                ok = _test_exists(path, name)
+            else:
+                ok = _known_check(item)
+            if not ok:
+                missing.append(f"R{tag}: {item}")
+    assert missing == []
