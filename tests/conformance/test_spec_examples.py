@@ -155,8 +155,7 @@ def _known_check(check_id: str) -> bool:
         f'"{check_id}"' in source
         or check_id in probes.malformed()
         or check_id in probes.HOSTILE_FILES
-        or (check_id.startswith("version.")
-        and check_id.removeprefix("version.") in source)
+        or (check_id.startswith("version.") and check_id.removeprefix("version.") in source)
     )
 
 
