@@ -196,3 +196,23 @@ def test_every_must_has_a_row_and_every_row_a_test() -> None:
             if not ok:
                 missing.append(f"R{tag}: {item}")
     assert missing == []
+
+
+_INVALID_BLOCK = re.compile(r"^```json-invalid\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def test_each_negative_example_is_refused_by_the_schema_and_the_runner() -> None:
+    from envelopes import codec, wire
+
+    text = (REPO / "docs" / "envelope-v1.md").read_text(encoding="utf-8")
+    blocks = [json.loads(m.group(1)) for m in _INVALID_BLOCK.finditer(text)]
+    assert len(blocks) >= 4
+    for document in blocks:
+        version = schema.schema_version_for(document["version"])
+        assert not schema.validator(schema.WORKER_RESULT, version).is_valid(document), document
+        request = ToolCallRequest.model_validate(
+            {"kind": "ToolCallRequest", "version": "1.0", "id": "t1", "tool": {"name": "x"},
+             "arguments": {}, "deadline_ms": 1, "limits": {"max_result_bytes": 4096}}
+        )  # fmt: skip
+        with pytest.raises(codec.MalformedOutput):
+            codec.decode_result(wire.dumps(document), request)
