@@ -32,12 +32,23 @@ MAX_EXTENSIONS = 64
 # Identifiers: ASCII only and anchored, so Python `re` and ECMA-262 agree on them.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
-VERSION_PATTERN = r"^[0-9]{1,4}\.[0-9]{1,4}$"
+#: `major.minor`, each 0 or 1 to 4 digits without a leading zero (`1.01` is not a version),
+#: compared as the pair of numbers (`1.10` is after `1.9`).
+VERSION_PATTERN = r"^(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})$"
 EXTENSION_KEY_PATTERN = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MIME_PATTERN = r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}$"
 BASE64_PATTERN = r"^[A-Za-z0-9+/]*={0,2}$"
 FILENAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_. -]{0,254}$"
 WORKER_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$"
+
+#: `critical` (1.1): request members a worker must understand, or refuse the request.
+#: Each is a top-level member name or an extension key; at most this many, unique.
+CRITICAL_MEMBER_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+MAX_CRITICAL = 16
+
+#: The `id` of an answer to a request too broken to carry a valid id: ID_PATTERN refuses
+#: it, so no request can carry it (a result may).
+RESERVED_ID = "-"
 
 #: The codes a worker may send (v1.WorkerErrorCode spells the same list as a Literal).
 WORKER_ERROR_CODE_NAMES: tuple[str, ...] = (
@@ -80,6 +91,22 @@ PATH_PATTERN = rf"^[^/{PATH_FORBIDDEN_CLASS}]+(?:/[^/{PATH_FORBIDDEN_CLASS}]+)*$
 PATH_DOT_COMPONENT_PATTERN = r"(?:^|/)\.\.?(?:/|$)"
 #: A component over 255 characters: a path matching this is refused.
 PATH_LONG_COMPONENT_PATTERN = r"[^/]{256}"
+#: A component of 256 bytes or more of UTF-8 that the character count above misses: 128
+#: characters of two bytes or more, or 86 of three bytes or more (surrogates excluded,
+#: so a UTF-16 engine never counts an astral character twice). Sound, not complete: a
+#: mix (150 ASCII and 40 three-byte characters) is left to the readers' byte count.
+PATH_MULTIBYTE_COMPONENT_PATTERNS: tuple[str, ...] = (
+    r"(?:^|/)(?:[^/\u0080-\uffff]{0,254}[\u0080-\uffff]){128}",
+    r"(?:^|/)(?:[^/\u0800-\ud7ff\ue000-\uffff]{0,254}[\u0800-\ud7ff\ue000-\uffff]){86}",
+)
+#: The line terminators after which an anchoring `$` still matches in some engines
+#: (Python `re` and PCRE before a final LF; Java before any of these). Every published
+#: string schema with an anchored pattern also refuses a string holding one (under a
+#: `not`), since none of these patterns admits one anywhere.
+LINE_TERMINATOR_PATTERN = r"[\n\r\u0085\u2028\u2029]"
+#: The same for the path rules, whose components may hold U+2028 and U+2029 (the others
+#: are control characters, refused anywhere in a path).
+PATH_LINE_TERMINATOR_PATTERN = r"[\n\r\u0085]"
 #: A `collect` pattern: the path rules, with `*`, `?` and `**` as wildcards and no `[...]`.
 GLOB_PATTERN = rf"^[^/\[\]{PATH_FORBIDDEN_CLASS}]+(?:/[^/\[\]{PATH_FORBIDDEN_CLASS}]+)*$"
 #: Strict base64 for input files: standard alphabet, padded, length a multiple of 4.

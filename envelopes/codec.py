@@ -17,11 +17,14 @@ from envelopes.v1 import (
     ID_PATTERN,
     MAX_REQUEST_BYTES,
     SUPPORTED_VERSIONS,
+    VERSION,
     DescribeRequest,
     DescribeResult,
     ToolCallRequest,
     ToolCallResult,
+    highest_version,
     runner_only_problem,
+    version_tuple,
 )
 
 _REQUEST_KINDS: dict[str, type[ToolCallRequest] | type[DescribeRequest]] = {
@@ -41,11 +44,15 @@ class RequestError(Exception):
         code: Literal["INVALID_REQUEST", "UNSUPPORTED_VERSION"],
         message: str,
         request_id: str | None = None,
+        version: str = VERSION,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.request_id = request_id
+        #: The version the refusal is written in (section 8): the request's when the
+        #: worker speaks it, else the worker's highest.
+        self.version = version
 
 
 class MalformedOutput(Exception):
@@ -72,13 +79,20 @@ def _echo_id(data: dict[str, Any]) -> str | None:
 
 
 def decode_request(
-    data: bytes, supported_versions: tuple[str, ...] = SUPPORTED_VERSIONS
+    data: bytes,
+    supported_versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+    understood_extensions: frozenset[str] = frozenset(),
 ) -> ToolCallRequest | DescribeRequest:
-    """Parse a request as a worker must: strictly, with the version checked first."""
+    """Parse a request as a worker must (section 8.1): acceptable JSON, then `kind`, then
+    `version` (its grammar, then whether it is spoken), then the rest, `critical` last
+    (section 3.1: a worker implements the extensions in `understood_extensions`)."""
+    highest = highest_version(supported_versions)
     try:
         doc = wire.loads(data, max_bytes=MAX_REQUEST_BYTES)
     except wire.WireError as exc:
-        raise RequestError("INVALID_REQUEST", f"request is not acceptable JSON: {exc}") from None
+        raise RequestError(
+            "INVALID_REQUEST", f"request is not acceptable JSON: {exc}", None, highest
+        ) from None
     request_id = _echo_id(doc)
     kind = doc.get("kind")
     if kind not in _REQUEST_KINDS:
@@ -86,29 +100,60 @@ def decode_request(
             "INVALID_REQUEST",
             f"kind: expected one of {sorted(_REQUEST_KINDS)}, got {kind!r}",
             request_id,
+            highest,
         )
     version = doc.get("version")
-    if not isinstance(version, str):
-        raise RequestError("INVALID_REQUEST", "version: missing or not a string", request_id)
+    if version_tuple(version) is None:
+        raise RequestError(
+            "INVALID_REQUEST",
+            "version: missing or not a string of the form major.minor (no leading zeros)",
+            request_id,
+            highest,
+        )
+    assert isinstance(version, str)
     if version not in supported_versions:
         raise RequestError(
             "UNSUPPORTED_VERSION",
-            f"version {version[:16]!r} is not supported; supported versions: "
+            f"version {version!r} is not supported; supported versions: "
             + ", ".join(supported_versions),
             request_id,
+            highest,
         )
     try:
-        return _REQUEST_KINDS[kind].model_validate(doc)
+        request = _REQUEST_KINDS[kind].model_validate(doc)
     except ValidationError as exc:
         raise RequestError(
-            "INVALID_REQUEST", f"invalid {kind}: {describe_validation_error(exc)}", request_id
+            "INVALID_REQUEST",
+            f"invalid {kind}: {describe_validation_error(exc)}",
+            request_id,
+            version,
         ) from None
+    problem = (
+        request.critical_problem(understood_extensions)
+        if isinstance(request, ToolCallRequest)
+        else None
+    )
+    if problem is not None:
+        raise RequestError("INVALID_REQUEST", problem, request_id, version)
+    return request
+
+
+def _is_unsupported_version_answer(doc: dict[str, Any]) -> bool:
+    error = doc.get("error")
+    return (
+        doc.get("status") == "error"
+        and isinstance(error, dict)
+        and error.get("code") == "UNSUPPORTED_VERSION"
+        and version_tuple(doc.get("version")) is not None
+    )
 
 
 def decode_result(data: bytes, request: ToolCallRequest) -> ToolCallResult:
-    """Parse and check a worker's answer to `request`; raise MalformedOutput otherwise."""
+    """Parse and check a worker's answer to `request`; raise MalformedOutput otherwise.
+    Its `version` echoes the request's, except in an UNSUPPORTED_VERSION answer, which
+    carries the worker's highest version (section 8)."""
     doc = _load_outbound(data, request.limits.max_result_bytes, "ToolCallResult")
-    if doc.get("version") != request.version:
+    if doc.get("version") != request.version and not _is_unsupported_version_answer(doc):
         raise MalformedOutput(
             f"version: expected the request's {request.version!r}, got {doc.get('version')!r}"
         )

@@ -15,6 +15,9 @@ import json
 from importlib import resources
 from typing import Any
 
+import jsonschema
+
+from envelopes.bounds import LINE_TERMINATOR_PATTERN
 from envelopes.v1 import (
     JSON_VALUE_DEF,
     JSON_VALUE_MARKER,
@@ -22,6 +25,7 @@ from envelopes.v1 import (
     SCHEMA_MODELS_BY_VERSION,
     SINCE_MARKER,
     VERSION,
+    WORKER_ERROR_CODES,
     version_at_least,
     version_tuple,
 )
@@ -88,21 +92,70 @@ def _referenced(body: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def _no_line_terminator(node: Any) -> Any:
+    """Every anchored pattern also refuses a string holding a line terminator: Python's
+    `re.search` (which jsonschema uses), PCRE and Java let `$` match before a final one,
+    and none of these patterns admits one anywhere (path schemas say it in their `not`)."""
+    if isinstance(node, list):
+        return [_no_line_terminator(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _no_line_terminator(value) for key, value in node.items()}
+    pattern = out.get("pattern")
+    anchored = isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")
+    if anchored and "not" not in out:
+        out["not"] = {"pattern": LINE_TERMINATOR_PATTERN}
+    return out
+
+
+#: The result as a worker may send it: worker codes only, no runner-only member. What the
+#: runner checks a worker's answer against; `tool-call-result` is every outcome the runner
+#: reports (its own codes and `error.output_tail` included).
+WORKER_RESULT = "worker-result"
+
+
+def _as_worker_sends_it(schema: dict[str, Any]) -> dict[str, Any]:
+    error = schema["$defs"]["ErrorInfo"]
+    error["properties"]["code"]["enum"] = list(WORKER_ERROR_CODES)
+    error["properties"].pop("output_tail", None)
+    schema["title"] = "ToolCallResult (as a worker sends it)"
+    return schema
+
+
+def _as_runner_reports_it(schema: dict[str, Any]) -> dict[str, Any]:
+    # A runner's outcome always carries its request's id, never the reserved one.
+    schema["properties"]["id"] = next(
+        branch for branch in schema["properties"]["id"]["anyOf"] if "pattern" in branch
+    )
+    return schema
+
+
 def build(name: str, version: str = VERSION) -> dict[str, Any]:
-    """The schema of envelope `name` in `version` (a key of SCHEMA_MODELS_BY_VERSION)."""
-    generated = SCHEMA_MODELS_BY_VERSION[version][name].model_json_schema(mode="validation")
-    body = _publishable(_of_version(generated, version))
+    """The schema of envelope `name` in `version` (a key of SCHEMA_MODELS_BY_VERSION, or
+    WORKER_RESULT)."""
+    model_name = "tool-call-result" if name == WORKER_RESULT else name
+    generated = SCHEMA_MODELS_BY_VERSION[version][model_name].model_json_schema(mode="validation")
+    body = _no_line_terminator(_publishable(_of_version(generated, version)))
     defs = _referenced(body, body.pop("$defs", {}))
     if "#/$defs/JsonValue" in json.dumps(body) + json.dumps(defs):
         defs["JsonValue"] = _publishable(JSON_VALUE_DEF)
     schema = {"$schema": DIALECT, "$id": f"{SCHEMA_BASE_ID}/{version}/{name}.json", **body}
     if defs:
         schema["$defs"] = dict(sorted(defs.items()))
+    if name == WORKER_RESULT:
+        schema = _as_worker_sends_it(schema)
+    elif name == "tool-call-result":
+        schema = _as_runner_reports_it(schema)
     return schema
 
 
+def names(version: str = VERSION) -> list[str]:
+    """The published schema names of `version`."""
+    return [*SCHEMA_MODELS_BY_VERSION[version], WORKER_RESULT]
+
+
 def build_all(version: str = VERSION) -> dict[str, dict[str, Any]]:
-    return {name: build(name, version) for name in SCHEMA_MODELS_BY_VERSION[version]}
+    return {name: build(name, version) for name in names(version)}
 
 
 def schema_version_for(version: object) -> str:
@@ -124,3 +177,23 @@ def load(name: str, version: str = VERSION) -> dict[str, Any]:
     text = resources.files("envelopes").joinpath(f"schemas/{version}/{name}.json").read_text()
     schema: dict[str, Any] = json.loads(text)
     return schema
+
+
+def _is_integer(_checker: object, instance: object) -> bool:
+    # Section 1.1: an integer is written without fraction or exponent, so a parsed float
+    # (4096.0, 4.096e3) is not one, although 2020-12's data model says it is.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+#: 2020-12's type checker with the envelope's integer rule (section 1.1).
+TYPE_CHECKER = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+_EnvelopeValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator, type_checker=TYPE_CHECKER
+)
+
+
+def validator(name: str, version: str = VERSION) -> jsonschema.protocols.Validator:
+    """A validator of the committed schema `name` that reads integers as section 1.1 does
+    (a document parsed by envelopes.wire keeps 4096.0 a float, which this refuses)."""
+    checker: jsonschema.protocols.Validator = _EnvelopeValidator(load(name, version))
+    return checker

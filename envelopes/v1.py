@@ -46,6 +46,7 @@ from envelopes.bounds import (
     COLLECT_MAX_BYTES_CEILING,
     COLLECT_MAX_FILES_CEILING,
     COLLECT_MAX_PATTERNS,
+    CRITICAL_MEMBER_PATTERN,
     EVENT_MESSAGE_MAX,
     EVENT_TEXT_MAX,
     EVENTS_DEFAULT_MAX_BYTES,
@@ -59,10 +60,13 @@ from envelopes.bounds import (
     GLOB_PATTERN,
     MAX_CAPABILITIES,
     MAX_COMPONENT_BYTES,
+    MAX_CRITICAL,
     MAX_PATH_BYTES,
     OUTPUT_TAIL_MAX,
     PATH_DOT_COMPONENT_PATTERN,
+    PATH_LINE_TERMINATOR_PATTERN,
     PATH_LONG_COMPONENT_PATTERN,
+    PATH_MULTIBYTE_COMPONENT_PATTERNS,
     PATH_PATTERN,
 )
 
@@ -123,6 +127,9 @@ from envelopes.bounds import (
     MIME_PATTERN as MIME_PATTERN,
 )
 from envelopes.bounds import (
+    RESERVED_ID as RESERVED_ID,
+)
+from envelopes.bounds import (
     SUPPORTED_VERSIONS as SUPPORTED_VERSIONS,
 )
 from envelopes.bounds import (
@@ -172,10 +179,23 @@ ErrorCode = Literal[WorkerErrorCode, RunnerErrorCode]
 WORKER_ERROR_CODES: tuple[WorkerErrorCode, ...] = get_args(WorkerErrorCode)
 RUNNER_ERROR_CODES: tuple[RunnerErrorCode, ...] = get_args(RunnerErrorCode)
 ERROR_CODES: tuple[ErrorCode, ...] = WORKER_ERROR_CODES + RUNNER_ERROR_CODES
-#: Whether a retry of the same request can help, for the codes the runner synthesizes
-#: (workers set `retryable` themselves). A timeout or a crash may be transient; a memory
-#: or output overflow, bad output or a cancellation will happen again.
-RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
+#: The binding `retryable` column of section 5: whether a retry of the same request can
+#: help, by code; None for the one code where the worker decides (TOOL_FAILED). A runner
+#: replaces a worker's `retryable` by this value (`binding_retryable`), so a worker can
+#: neither make INVALID_ARGUMENTS retried nor a DEADLINE_EXCEEDED final. A timeout or a
+#: crash may be transient; a memory or output overflow, bad output or a cancellation will
+#: happen again.
+CODE_RETRYABLE: dict[ErrorCode, bool | None] = {
+    "UNSUPPORTED_VERSION": False,
+    "INVALID_REQUEST": False,
+    "UNKNOWN_TOOL": False,
+    "INVALID_ARGUMENTS": False,
+    "PERMISSION_DENIED": False,
+    "TOOL_FAILED": None,
+    "LIMIT_EXCEEDED": False,
+    "DEADLINE_EXCEEDED": True,
+    "UNAVAILABLE": True,
+    "INTERNAL": False,
     "WORKER_START_FAILED": False,
     "WORKER_TIMEOUT": True,
     "WORKER_CRASHED": True,
@@ -184,6 +204,17 @@ RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
     "OUTPUT_TOO_LARGE": False,
     "CANCELLED": False,
 }
+#: The same column for the codes the runner synthesizes (none of them is None).
+RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
+    code: bool(CODE_RETRYABLE[code]) for code in get_args(RunnerErrorCode)
+}
+
+
+def binding_retryable(code: str, retryable: bool) -> bool:
+    """`retryable` as section 5's column binds it for `code`: the column's value, or the
+    given one where the worker decides (TOOL_FAILED) or the code is not an envelope's."""
+    fixed = CODE_RETRYABLE.get(code)  # type: ignore[call-overload]
+    return retryable if fixed is None else fixed
 
 
 def is_worker_error_code(code: str) -> TypeGuard[WorkerErrorCode]:
@@ -282,7 +313,7 @@ V1_1 = "1.1"
 #: Marks, in a generated schema, a property added after 1.0; envelopes.schema drops it
 #: from the schemas of earlier versions and removes the marker from the others.
 SINCE_MARKER = "x-agents-runner-since"
-_VERSION_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")
+_VERSION_RE = re.compile(VERSION_PATTERN.removeprefix("^").removesuffix("$"))
 
 
 def _since(version: str) -> dict[str, Any]:
@@ -295,6 +326,11 @@ def version_tuple(version: object) -> tuple[int, int] | None:
         return None
     major, minor = version.split(".")
     return int(major), int(minor)
+
+
+def highest_version(versions: tuple[str, ...] | list[str]) -> str:
+    """The highest of `versions` (`major.minor` strings), compared as numbers."""
+    return max(versions, key=lambda v: version_tuple(v) or (-1, -1))
 
 
 def version_at_least(version: object, minimum: str) -> bool:
@@ -380,6 +416,8 @@ def _path_schema(pattern: str) -> dict[str, Any]:
             "anyOf": [
                 {"pattern": PATH_DOT_COMPONENT_PATTERN},
                 {"pattern": PATH_LONG_COMPONENT_PATTERN},
+                *({"pattern": p} for p in PATH_MULTIBYTE_COMPONENT_PATTERNS),
+                {"pattern": PATH_LINE_TERMINATOR_PATTERN},
             ]
         },
     }
@@ -398,6 +436,12 @@ GlobPattern = Annotated[
 def is_padded_base64(text: str) -> bool:
     """bounds.BASE64_PADDED_PATTERN: standard alphabet, padded to a multiple of 4."""
     return len(text) % 4 == 0 and _BASE64_ALPHABET.fullmatch(text) is not None
+
+
+def _checked_padded_base64(value: str) -> str:
+    if not is_padded_base64(value):
+        raise ValueError("not base64 (standard alphabet, padded to a multiple of 4)")
+    return value
 
 
 def base64_decoded_size(text: str) -> int:
@@ -547,7 +591,41 @@ class EventBudget(Inbound):
 
 
 #: The request members 1.1 adds; in a request whose version is 1.0 they are ignored.
-REQUEST_FIELDS_1_1: tuple[str, ...] = ("files", "collect", "events")
+REQUEST_FIELDS_1_1: tuple[str, ...] = ("files", "collect", "events", "critical")
+
+_CRITICAL_MEMBER_RE = re.compile(CRITICAL_MEMBER_PATTERN.removeprefix("^").removesuffix("$"))
+_EXTENSION_KEY_RE = re.compile(EXTENSION_KEY_PATTERN.removeprefix("^").removesuffix("$"))
+
+
+def _checked_critical(names: list[str]) -> list[str]:
+    if len(set(names)) != len(names):
+        raise ValueError("critical: each name may appear once")
+    for index, name in enumerate(names):
+        if not (_CRITICAL_MEMBER_RE.fullmatch(name) or _EXTENSION_KEY_RE.fullmatch(name)):
+            raise ValueError(f"critical[{index}]: neither a member name nor an extension key")
+    return names
+
+
+Critical = Annotated[
+    list[str],
+    Field(max_length=MAX_CRITICAL),
+    AfterValidator(_checked_critical),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "maxItems": MAX_CRITICAL,
+            "uniqueItems": True,
+            "items": {
+                "type": "string",
+                "maxLength": MAX_KEY,
+                "anyOf": [
+                    {"pattern": CRITICAL_MEMBER_PATTERN},
+                    {"pattern": EXTENSION_KEY_PATTERN},
+                ],
+            },
+        }
+    ),
+]
 
 
 class ToolCallRequest(Inbound):
@@ -563,9 +641,20 @@ class ToolCallRequest(Inbound):
     context: CallContext | None = None
     extensions: (
         Annotated[
-            dict[Annotated[str, Field(pattern=EXTENSION_KEY_PATTERN)], JsonValue],
-            # Closed, so the schema refuses un-namespaced keys as the model does.
-            Field(max_length=MAX_EXTENSIONS, json_schema_extra={"additionalProperties": False}),
+            dict[
+                Annotated[str, Field(pattern=EXTENSION_KEY_PATTERN, max_length=MAX_KEY)], JsonValue
+            ],
+            Field(max_length=MAX_EXTENSIONS),
+            # Every key namespaced, as the model says (propertyNames, not patternProperties:
+            # so the key's pattern also gets the schemas' line-terminator rule).
+            WithJsonSchema(
+                {
+                    "type": "object",
+                    "maxProperties": MAX_EXTENSIONS,
+                    "propertyNames": {"maxLength": MAX_KEY, "pattern": EXTENSION_KEY_PATTERN},
+                    "additionalProperties": _JSON_VALUE_SCHEMA,
+                }
+            ),
         ]
         | None
     ) = Field(default=None, description="Namespaced keys (`vendor/key`); ignored when unknown.")
@@ -584,6 +673,38 @@ class ToolCallRequest(Inbound):
         description="1.1: present when the runner reads events on stderr.",
         json_schema_extra=_since(V1_1),
     )
+    critical: Critical | None = Field(
+        default=None,
+        description="1.1: members (or extension keys) present in this request that a"
+        " worker must implement, or refuse the request (INVALID_REQUEST).",
+        json_schema_extra=_since(V1_1),
+    )
+
+    @model_validator(mode="after")
+    def _critical_members_are_present(self) -> ToolCallRequest:
+        # A member these models do not know is dropped (must-ignore), so its presence is
+        # not checked here: critical_problem refuses it as not implemented.
+        fields = type(self).model_fields
+        for index, name in enumerate(self.critical or ()):
+            if "/" in name:
+                present = name in (self.extensions or {})
+            else:
+                present = name not in fields or getattr(self, name) is not None
+            if not present:
+                raise ValueError(f"critical[{index}]: {name!r} is not in the request")
+        return self
+
+    def critical_problem(self, understood_extensions: frozenset[str] = frozenset()) -> str | None:
+        """Why a worker on these models must refuse this request (section 3.1): a name in
+        `critical` it does not implement (a member these models do not know, or an
+        extension key not in `understood_extensions`), or None."""
+        for index, name in enumerate(self.critical or ()):
+            known = (
+                name in understood_extensions if "/" in name else name in type(self).model_fields
+            )
+            if not known:
+                return f"critical[{index}]: {name!r} is not implemented by this worker"
+        return None
 
     @model_validator(mode="before")
     @classmethod
@@ -621,7 +742,15 @@ class JsonOutput(Outbound):
 class MediaOutput(Outbound):
     type: Literal["media"] = "media"
     mime_type: Annotated[str, Field(pattern=MIME_PATTERN, max_length=193)]
-    base64_data: Annotated[str, Field(pattern=BASE64_PATTERN, max_length=MAX_STRING)]
+    # Padded, as section 4.1 says (the schema's pattern and is_padded_base64 agree).
+    base64_data: Annotated[
+        str,
+        Field(max_length=MAX_STRING),
+        AfterValidator(_checked_padded_base64),
+        WithJsonSchema(
+            {"type": "string", "maxLength": MAX_STRING, "pattern": BASE64_PADDED_PATTERN}
+        ),
+    ]
     filename: Annotated[str, Field(pattern=FILENAME_PATTERN, max_length=255)] | None = None
     path: RelativePath | None = Field(
         default=None,
@@ -686,7 +815,8 @@ class ToolCallResult(Outbound):
 
     kind: Literal["ToolCallResult"] = "ToolCallResult"
     version: Version = VERSION
-    id: Id
+    # RESERVED_ID answers a request too broken to carry a valid id (section 8).
+    id: Id | Literal["-"]
     status: Literal["ok", "error"]
     output: Output | None = None
     error: ErrorInfo | None = None
@@ -789,10 +919,52 @@ class WorkerInfo(Outbound):
     version: Annotated[str, Field(min_length=1, max_length=64, pattern=WORKER_VERSION_PATTERN)]
 
 
+def _remote_reference(node: Any) -> str | None:
+    """The first `$ref`/`$dynamicRef` in a schema that points outside it, or None."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in ("$ref", "$dynamicRef"):
+                ref = item.get(key)
+                if isinstance(ref, str) and not ref.startswith("#"):
+                    return ref
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _checked_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    if schema.get("type") != "object":
+        raise ValueError('an input_schema describes an object: {"type": "object", ...}')
+    remote = _remote_reference(schema)
+    if remote is not None:
+        raise ValueError(f"$ref {remote[:80]!r} points outside the schema (no remote refs)")
+    return schema
+
+
+InputSchema = Annotated[
+    dict[str, Any],
+    AfterValidator(_check_json_bounds),
+    AfterValidator(_checked_input_schema),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_PROPERTIES,
+            "propertyNames": {"maxLength": MAX_KEY},
+            "additionalProperties": _JSON_VALUE_SCHEMA,
+            "required": ["type"],
+            "allOf": [{"properties": {"type": {"const": "object"}}}],
+        }
+    ),
+]
+
+
 class ToolDescription(Outbound):
     name: ToolName
     description: Annotated[str, Field(max_length=4096)]
-    input_schema: JsonObject
+    input_schema: InputSchema
     effects: Effects = Field(
         description="none: pure; contained: effects stay in the sandbox; external: reaches"
         " the outside world (never re-run when its outcome is unknown)."
@@ -816,7 +988,9 @@ class DescribeResult(Outbound):
     kind: Literal["DescribeResult"] = "DescribeResult"
     version: Version = VERSION
     worker: WorkerInfo
-    supported_versions: Annotated[list[Version], Field(min_length=1, max_length=16)]
+    supported_versions: Annotated[
+        list[Version], Field(min_length=1, max_length=16, json_schema_extra={"uniqueItems": True})
+    ]
     tools: Annotated[list[ToolDescription], Field(max_length=MAX_TOOLS)]
     capabilities: Capabilities | None = Field(
         default=None,
@@ -835,6 +1009,20 @@ class DescribeResult(Outbound):
         ):
             return {**data, "version": V1_1}  # built in Python with capabilities
         return data
+
+    @model_validator(mode="after")
+    def _unique_and_consistent(self) -> DescribeResult:
+        # Beyond JSON Schema (uniqueness by one member, membership): section 2.
+        if len(set(self.supported_versions)) != len(self.supported_versions):
+            raise ValueError("supported_versions: each version may appear once")
+        if self.version not in self.supported_versions:
+            raise ValueError(f"version: {self.version!r} is not in supported_versions")
+        seen: dict[str, int] = {}
+        for index, tool in enumerate(self.tools):
+            if tool.name in seen:
+                raise ValueError(f"tools[{index}].name: the same as tools[{seen[tool.name]}]")
+            seen[tool.name] = index
+        return self
 
     @model_validator(mode="after")
     def _members_of_its_version(self) -> DescribeResult:
@@ -899,7 +1087,5 @@ SCHEMA_MODELS_BY_VERSION: dict[str, dict[str, type[BaseModel]]] = {
 
 def major_of(version: str) -> int | None:
     """The major number of a `major.minor` string, or None when it is not one."""
-    head, dot, tail = version.partition(".")
-    if dot and head.isdigit() and tail.isdigit() and len(head) <= 4 and len(tail) <= 4:
-        return int(head)
-    return None
+    parsed = version_tuple(version)
+    return None if parsed is None else parsed[0]

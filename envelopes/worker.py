@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     Handler: TypeAlias = Callable[[dict[str, Any], RequestView], Any]
 
 #: Echoed when a request is too broken to carry a usable id.
-UNKNOWN_ID = "unknown"
+UNKNOWN_ID = bounds.RESERVED_ID
 #: Nesting of a JSON result the fast path writes itself; deeper ones go through the models
 #: (the runner refuses envelopes nested deeper than wire.MAX_DEPTH anyway).
 _FAST_DEPTH = wire.MAX_DEPTH - 4
@@ -254,7 +254,9 @@ class Worker:
             try:
                 decoded = codec.decode_request(data, self.supported_versions)
             except codec.RequestError as exc:
-                refusal = ToolCallResult.fail(exc.request_id or UNKNOWN_ID, exc.code, exc.message)
+                refusal = ToolCallResult.fail(
+                    exc.request_id or UNKNOWN_ID, exc.code, exc.message, version=exc.version
+                )
                 return _Answer(codec.encode(refusal), True, refusal)
             if isinstance(decoded, DescribeRequest):
                 return self._describe_answer(decoded.version)
@@ -278,6 +280,8 @@ class Worker:
         kind = doc.get("kind")
         if kind == "DescribeRequest":
             return version
+        if "critical" in doc:  # must-understand: the models decide (section 3.1)
+            return None
         if kind != "ToolCallRequest":
             return None
         return check_call(doc)

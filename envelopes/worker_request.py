@@ -64,7 +64,7 @@ def is_worker_version(value: object) -> bool:
 
 
 def is_version(value: object) -> bool:
-    """bounds.VERSION_PATTERN: digits.digits, one to four of each."""
+    """bounds.VERSION_PATTERN: digits.digits, one to four of each, no leading zero."""
     if type(value) is not str:
         return False
     major, dot, minor = value.partition(".")
@@ -74,6 +74,8 @@ def is_version(value: object) -> bool:
         and 0 < len(minor) <= 4
         and _DIGITS.issuperset(major)
         and _DIGITS.issuperset(minor)
+        and (major == "0" or major[0] != "0")
+        and (minor == "0" or minor[0] != "0")
     )
 
 

@@ -34,7 +34,7 @@ import anyio
 import anyio.lowlevel
 
 from envelopes import codec
-from envelopes.bounds import LATEST_VERSION, VERSION
+from envelopes.bounds import EVENTS_MAX_BYTES_CEILING, LATEST_VERSION, VERSION
 from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
 from runner.isolation.dialect import V1_DIALECT, Dialect, UnsupportedExchange
 from runner.isolation.events import EventCallback, EventReader
@@ -130,6 +130,14 @@ class ExchangeRunner(AsyncClosing):
         """The envelope this runner's workers speak: v1, unless made for another."""
         return V1_DIALECT
 
+    @property
+    def events_max_bytes(self) -> int:
+        """The largest `events.max_bytes` this runner sends: half its standard error cap
+        (section 11.5), so that a worker keeping to its event budget never reaches the
+        cap (`OUTPUT_TOO_LARGE`) with event lines alone."""
+        cap = getattr(getattr(self, "limits", None), "max_stderr_bytes", None)
+        return EVENTS_MAX_BYTES_CEILING if not isinstance(cap, int) else max(1, cap // 2)
+
     @abstractmethod
     async def exchange(
         self,
@@ -157,7 +165,7 @@ class ExchangeRunner(AsyncClosing):
             timeout_s = min(CAPABILITIES_TIMEOUT_S, seconds_until(request.deadline_ms))
             capabilities, why = await self._learn_capabilities(timeout_s)
             try:
-                sent = plan(request, capabilities, on_event)
+                sent = plan(request, capabilities, on_event, self.events_max_bytes)
             except Refused as exc:
                 return refused_outcome(
                     request, "INVALID_REQUEST", f"{exc}{why}; no worker was started"

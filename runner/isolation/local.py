@@ -137,7 +137,7 @@ class LocalProcessRunner(ExchangeRunner):
 
     async def capability_key(self) -> Hashable | None:
         """The command, the envelope, the explicit environment and the identity (inode,
-        size, mtime) of every argument naming a file: runners of one worker made per call
+        size, mtime, ctime) of every argument naming a file: runners of one worker made per call
         (as sessions do) describe it once between them, and an edited script is asked
         again."""
         files = []
@@ -151,7 +151,10 @@ class LocalProcessRunner(ExchangeRunner):
             except OSError:
                 found = None
             if found is not None:
-                files.append((argument, found.st_ino, found.st_size, found.st_mtime_ns))
+                # ctime too: a rewrite that keeps size and restores mtime still moves it.
+                files.append(
+                    (argument, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+                )
         return ("local", tuple(self.command()), tuple(files), self.envelope,
                 tuple(sorted(self.env.items())))  # fmt: skip
 

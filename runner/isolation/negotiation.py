@@ -22,6 +22,7 @@ from envelopes import files as wire_files
 from envelopes.bounds import (
     CAPABILITY_EVENTS,
     CAPABILITY_FILES,
+    EVENTS_MAX_BYTES_CEILING,
     FILES_MAX_BYTES,
     FILES_MAX_COUNT,
     LATEST_VERSION,
@@ -85,7 +86,10 @@ class Refused(Exception):
 
 
 def plan(
-    request: ToolCallRequest, capabilities: frozenset[str], on_event: EventCallback | None
+    request: ToolCallRequest,
+    capabilities: frozenset[str],
+    on_event: EventCallback | None,
+    events_max_bytes: int = EVENTS_MAX_BYTES_CEILING,
 ) -> ToolCallRequest:
     """The request to send a worker with `capabilities`; Refused when it needs one the
     worker lacks (`files`)."""
@@ -97,9 +101,18 @@ def plan(
     changes: dict[str, Any] = {}
     events = wants_events(request, on_event) and CAPABILITY_EVENTS in capabilities
     if events and request.events is None:
-        changes["events"] = EventBudget().to_wire()
+        budget = EventBudget()
+        changes["events"] = {**budget.to_wire(),
+                             "max_bytes": min(budget.max_bytes, events_max_bytes)}  # fmt: skip
+    elif events and request.events is not None and request.events.max_bytes > events_max_bytes:
+        changes["events"] = {**request.events.to_wire(), "max_bytes": events_max_bytes}
     elif not events and request.events is not None:
         changes["events"] = None
+    # Input files and collect change what the tool runs on: a worker that does not
+    # implement them must refuse, not run without them (section 3.1).
+    must = [name for name in ("files", "collect") if getattr(request, name) is not None]
+    if not set(must) <= set(request.critical or ()):
+        changes["critical"] = [*dict.fromkeys([*(request.critical or ()), *must])]
     if not changes and (request.version == LATEST_VERSION or not _has_v11_fields(request)):
         return request  # unchanged: the very bytes a 1.0 runner would send
     doc = request.to_wire()

@@ -32,6 +32,7 @@ from envelopes.v1 import (
     ToolCallRequest,
     ToolCallResult,
     base64_decoded_size,
+    binding_retryable,
     media_parts,
 )
 from runner.isolation.dialect import V1_DIALECT, Dialect
@@ -65,6 +66,9 @@ class Exchange:
     runner_info: dict[str, Any] = field(default_factory=dict)
 
 
+ErrorSource = Literal["worker", "runner"]
+
+
 @dataclass(frozen=True)
 class CallOutcome:
     """The typed outcome of one call: always a result envelope, plus what happened."""
@@ -87,6 +91,11 @@ class CallOutcome:
     events: tuple[WorkerEvent, ...] = ()
     events_dropped: int = 0
     events_invalid: int = 0
+    #: Which side produced `result.error`: "worker" (its own answer, read and accepted)
+    #: or "runner" (a runner code, or a refusal before any worker started, such as the
+    #: runner's own INVALID_REQUEST); None for an ok result. Not on the wire: a worker
+    #: cannot vouch for it, and the runner knows it.
+    error_source: ErrorSource | None = "runner"
 
     @property
     def ok(self) -> bool:
@@ -111,6 +120,7 @@ class CallOutcome:
             "events": [event.to_json() for event in self.events],
             "events_dropped": self.events_dropped,
             "events_invalid": self.events_invalid,
+            "error_source": self.error_source if self.result.error is not None else None,
             "runner": self.runner_info,
         }
 
@@ -216,6 +226,7 @@ def call_outcome(
     """
     limit = f"max_result_bytes={request.limits.max_result_bytes}"
     result: ToolCallResult
+    source: ErrorSource = "runner"  # until a worker's own result is accepted
     intervention = _intervention_error(ex, limit)
     crash = _crash_message(ex, dialect)
     if intervention is not None:
@@ -237,8 +248,11 @@ def call_outcome(
         except codec.MalformedOutput as exc:
             result = _runner_error(request.id, request.version, "MALFORMED_OUTPUT", str(exc))
         else:
+            source = "worker"
+            result = _with_binding_retryable(result)
             expected_exit = dialect.expected_exit(result)
             if ex.exit_code != expected_exit:
+                source = "runner"
                 result = _runner_error(
                     request.id,
                     request.version,
@@ -264,7 +278,17 @@ def call_outcome(
         events=tuple(events.events) if events is not None else (),
         events_dropped=events.dropped if events is not None else 0,
         events_invalid=events.invalid if events is not None else 0,
+        error_source=source if result.error is not None else None,
     )
+
+
+def _with_binding_retryable(result: ToolCallResult) -> ToolCallResult:
+    """A worker's error with `retryable` as section 5's column binds it."""
+    error = result.error
+    if error is None or binding_retryable(error.code, error.retryable) == error.retryable:
+        return result
+    fixed = error.model_copy(update={"retryable": not error.retryable})
+    return result.model_copy(update={"error": fixed})
 
 
 def _with_output_tail(result: ToolCallResult, tail: str) -> ToolCallResult:

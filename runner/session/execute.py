@@ -35,12 +35,14 @@ from envelopes.agents_exe import (
 )
 from envelopes.codec import describe_validation_error, encode
 from envelopes.v1 import (
+    CODE_RETRYABLE,
     CallContext,
     Output,
     RequestLimits,
     ToolCallRequest,
     ToolCallResult,
     ToolRef,
+    binding_retryable,
 )
 from runner.faults import crash_point
 from runner.isolation import (
@@ -81,9 +83,9 @@ logger = logging.getLogger(__name__)
 Run = Callable[[], Awaitable[ToolResult]]
 #: The tool name keyed cache entries are stored under; `@` is in no tool name.
 KEYED_CACHE_TOOL = "@cache-key"
-#: Errors a retry cannot fix, whatever the worker's `retryable` says.
-NEVER_RETRIED = frozenset({"INVALID_ARGUMENTS", "INVALID_REQUEST", "UNKNOWN_TOOL",
-                           "UNSUPPORTED_VERSION", "PERMISSION_DENIED"})  # fmt: skip
+#: Errors a retry cannot fix, whatever the worker's `retryable` says: every code whose
+#: column in section 5 (envelopes.v1.CODE_RETRYABLE, the single source) is "no".
+NEVER_RETRIED = frozenset(code for code, retry in CODE_RETRYABLE.items() if retry is False)
 
 
 def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
@@ -362,7 +364,11 @@ class CallExecutor:
 
 
 def retryable(result: ToolResult) -> bool:
-    return result.status == "error" and result.retryable and result.error_code not in NEVER_RETRIED
+    """Whether the retry decorator may run the call again: section 5's binding column for
+    the code (a worker's `retryable` counts only where the worker decides, TOOL_FAILED)."""
+    if result.status != "error":
+        return False
+    return binding_retryable(result.error_code or "", result.retryable)
 
 
 def from_outcome(outcome: CallOutcome) -> ToolResult:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import re
 
-import jsonschema
 import pytest
 
 from envelopes import bounds, schema
 from envelopes.v1 import (
+    RESERVED_ID,
+    RUNNER_ERROR_CODES,
     DescribeResult,
     StreamEvent,
     ToolCallRequest,
@@ -62,12 +63,19 @@ def test_each_example_is_valid_against_its_schema(where: str, text: str) -> None
         f"{where}: every json block is an envelope or an event"
     )
     name, version = schema_of(document)
-    validator = jsonschema.Draft202012Validator(schema.load(name, version))
-    errors = [
-        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in validator.iter_errors(document)
-    ]
-    assert errors == [], f"{where} ({name} {version}): {errors}"
+    names = [name]
+    error = document.get("error") or {}
+    if name == "tool-call-result" and error.get("code") not in RUNNER_ERROR_CODES:
+        names.append(schema.WORKER_RESULT)  # what a worker sends: its schema too
+    if document.get("id") == RESERVED_ID:
+        names = [schema.WORKER_RESULT]  # only a worker answers with the reserved id
+    for name in names:
+        validator = schema.validator(name, version)
+        errors = [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(document)
+        ]
+        assert errors == [], f"{where} ({name} {version}): {errors}"
 
 
 _MODEL_OF = {
@@ -134,3 +142,77 @@ def test_the_spec_lists_every_check_id() -> None:
         ".deep_nesting",
     ]
     assert [i for i in ids if f"`{i}`" not in text] == []
+
+
+def _known_check(check_id: str) -> bool:
+    """Whether worker-check runs a check of this id (`echo.<tool>`: one per tool)."""
+    from runner.conformance import probes
+
+    source = "".join(p.read_text() for p in (REPO / "runner" / "conformance").glob("*.py"))
+    if check_id.endswith(".<tool>"):
+        return f'f"{check_id.removesuffix("<tool>")}{{tool.name}}"' in source
+    return (
+        f'"{check_id}"' in source
+        or check_id in probes.malformed()
+        or check_id in probes.HOSTILE_FILES
+        or (check_id.startswith("version.") and check_id.removeprefix("version.") in source)
+    )
+
+
+def _test_exists(path: str, name: str) -> bool:
+    file = REPO / path
+    return file.is_file() and re.search(rf"^(async )?def {name}\(", file.read_text(),
+                                        re.MULTILINE) is not None  # fmt: skip
+
+
+def test_every_must_has_a_row_and_every_row_a_test() -> None:
+    text = (REPO / "docs" / "envelope-v1.md").read_text(encoding="utf-8")
+    body, _, table = text.partition("\n## 12. Every MUST and what verifies it")
+    body = body[body.index("| document") :]  # after the key words' own definition
+    body = body.replace("### 11.7 MUST for runners, SHOULD for workers", "")
+    body = body.replace("its `required` checks are the\nMUSTs below", "")
+    untagged, tags = [], set()
+    for match in re.finditer(r"\bMUST\b", body):
+        end = min(i for i in (body.find(". ", match.end()), body.find(".\n", match.end()),
+                              body.find(" |", match.end()), body.find("\n\n", match.end()),
+                              len(body)) if i >= 0)  # fmt: skip
+        found = re.findall(r"\[R(\d+)\]", body[match.start() : end + 1])
+        if not found:
+            untagged.append(body[max(0, match.start() - 60) : match.end() + 60])
+        tags.update(found)
+    assert untagged == [], untagged
+    rows = dict(re.findall(r"^\| R(\d+) \| (?:runner|worker|both) \| (.+) \|$", table, re.M))
+    assert sorted(tags, key=int) == sorted(rows, key=int)
+    missing = []
+    for tag, cell in rows.items():
+        cited = re.findall(r"`([^`]+)`", cell)
+        assert cited, f"R{tag} names nothing"
+        for item in cited:
+            if item.startswith("tests/"):
+                path, _, name = item.partition("::")
+                ok = _test_exists(path, name)
+            else:
+                ok = _known_check(item)
+            if not ok:
+                missing.append(f"R{tag}: {item}")
+    assert missing == []
+
+
+_INVALID_BLOCK = re.compile(r"^```json-invalid\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def test_each_negative_example_is_refused_by_the_schema_and_the_runner() -> None:
+    from envelopes import codec, wire
+
+    text = (REPO / "docs" / "envelope-v1.md").read_text(encoding="utf-8")
+    blocks = [json.loads(m.group(1)) for m in _INVALID_BLOCK.finditer(text)]
+    assert len(blocks) >= 4
+    for document in blocks:
+        version = schema.schema_version_for(document["version"])
+        assert not schema.validator(schema.WORKER_RESULT, version).is_valid(document), document
+        request = ToolCallRequest.model_validate(
+            {"kind": "ToolCallRequest", "version": "1.0", "id": "t1", "tool": {"name": "x"},
+             "arguments": {}, "deadline_ms": 1, "limits": {"max_result_bytes": 4096}}
+        )  # fmt: skip
+        with pytest.raises(codec.MalformedOutput):
+            codec.decode_result(wire.dumps(document), request)

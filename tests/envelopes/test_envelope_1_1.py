@@ -221,10 +221,15 @@ def test_good_paths_are_accepted_everywhere(path: str) -> None:
 
 
 def test_byte_lengths_are_the_models_the_schema_counts_characters() -> None:
-    # 128 two-byte characters: 256 bytes of UTF-8 in one component, 128 characters.
+    # 150 ASCII and 40 three-byte characters: 270 bytes in one component, 190 characters
+    # (the schema's own multibyte rules catch 128 two-byte or 86 three-byte characters).
     refused_by_the_model_only(
-        "tool-call-request", files(file("\u00e9" * 128)), "component 1 is 256 bytes of UTF-8"
+        "tool-call-request",
+        files(file("a" * 150 + "\u20ac" * 40)),
+        "component 1 is 270 bytes of UTF-8",
     )
+    for component in ("\u00e9" * 128, "\u20ac" * 86):
+        refused_by_both("tool-call-request", files(file(component)), "bytes of UTF-8")
     long_path = "/".join(["\u00e9" * 100] * 6)  # 605 characters, 1205 bytes
     refused_by_the_model_only("tool-call-request", files(file(long_path)), "1205 bytes of UTF-8")
 
@@ -276,10 +281,8 @@ def test_input_file_defaults_are_utf8_and_0644() -> None:
 )
 def test_bad_base64_is_refused(content: str) -> None:
     doc = files(file(content=content, encoding="base64"))
-    if content.endswith("\n"):  # Python's re.search lets `$` match before a final LF
-        refused_by_the_model_only("tool-call-request", doc, "files.0", "not base64")
-    else:
-        refused_by_both("tool-call-request", doc, "files.0", "not base64")
+    # "QUJD\n" too: the schema's `not` refuses the final LF Python's `$` matches before.
+    refused_by_both("tool-call-request", doc, "files.0", "not base64")
 
 
 @pytest.mark.parametrize("content", ["", "QQ==", "QUI=", "QUJD", "iVBORw0KGgo=", "+/+/"])

@@ -58,7 +58,9 @@ def describe_result() -> DescribeResult:
                 input_schema={"type": "object", "properties": {"name": {"type": "string"}}},
                 effects="none",
             ),
-            ToolDescription(name="rm", description="", input_schema={}, effects="external"),
+            ToolDescription(
+                name="rm", description="", input_schema={"type": "object"}, effects="external"
+            ),
         ],
     )
 

@@ -255,7 +255,7 @@ def test_garbage_is_invalid_request_with_unknown_id(worker: Worker, data: bytes)
     assert isinstance(answer, ToolCallResult)
     code, _, _ = error_of(answer)
     assert code == "INVALID_REQUEST"
-    assert answer.id == "unknown"
+    assert answer.id == "-"  # the reserved id, which no request can carry
 
 
 def test_an_invalid_request_with_a_usable_id_echoes_it(worker: Worker) -> None:
@@ -409,7 +409,7 @@ def test_run_answers_describe_and_garbage() -> None:
     assert proc.returncode == 1
     doc = wire.loads(proc.stdout, max_bytes=4096)
     assert (doc["id"], doc["status"], doc["error"]["code"]) == (
-        "unknown",
+        "-",
         "error",
         "INVALID_REQUEST",
     )
