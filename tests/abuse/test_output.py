@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from runner.isolation.outcome import has_control_characters
+from envelopes.controls import has_control_characters
 from tests.abuse.conftest import RESULT_BYTES, attack
 
 pytestmark = pytest.mark.anyio
