@@ -113,6 +113,8 @@ def demo(
 def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
                 pool_size: int | None = None) -> dict[str, Any]:  # fmt: skip
     say = (lambda *a, **k: None) if as_json else console.print
+    # A panel wraps its lines (never crops them), whatever the console's soft wrap.
+    panel = (lambda *a: None) if as_json else (lambda p: console.print(p, soft_wrap=False))
     table = (lambda *a: None) if as_json else show_calls
     agent_file = DEMO_AGENT
     note = None
@@ -127,7 +129,7 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
     # The steps that run calls; None leaves them to read the variable themselves.
     pooled = () if pool_size is None else ("--pool-size", str(pool_size))
 
-    say(Panel(f"[bold]Step 1[/]: run the agent (a new process)\nuser: {PROMPT}"))
+    panel(Panel(f"[bold]Step 1[/]: run the agent (a new process)\nuser: {PROMPT}"))
     first = agents_runner("run", "--agent-file", str(agent_file), "--prompt", PROMPT, *common,
                           *pooled)  # fmt: skip
     trace["steps"].append({"step": 1, "command": "run", "output": first})
@@ -139,7 +141,7 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
     say(plain(f"the process exited; session {session_id} waits on "
               f"{len(first['deferred_calls'])} deferred call(s)"))  # fmt: skip
 
-    say(Panel("[bold]Step 2[/]: complete the deferred calls from outside (one process each)"))
+    panel(Panel("[bold]Step 2[/]: complete the deferred calls from outside (one process each)"))
     for call in first["deferred_calls"]:
         answer = scratch / f"{call['tool_call_id']}.json"
         answer.write_text(json.dumps(REMOTE_ANSWERS.get(call["tool"], {"answer": "done"})))
@@ -149,7 +151,7 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
         say(plain(f"session complete {call['continuation_token']} ({call['tool']}):"
                   f" {woken['open_calls']} call(s) still open"))  # fmt: skip
 
-    say(Panel("[bold]Step 3[/]: resume the session to its final answer (a new process)"))
+    panel(Panel("[bold]Step 3[/]: resume the session to its final answer (a new process)"))
     final = agents_runner("session", "resume", session_id, *common, *pooled)
     trace["steps"].append({"step": 3, "command": "session resume", "output": final})
     if final["status"] != "completed":
