@@ -113,8 +113,12 @@ def demo(
 def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
                 pool_size: int | None = None) -> dict[str, Any]:  # fmt: skip
     say = (lambda *a, **k: None) if as_json else console.print
-    # A panel wraps its lines (never crops them), whatever the console's soft wrap.
-    panel = (lambda *a: None) if as_json else (lambda p: console.print(p, soft_wrap=False))
+
+    def panel(heading: Panel) -> None:
+        """A panel wraps its lines (never crops them), whatever the console's soft wrap."""
+        if not as_json:
+            console.print(heading, soft_wrap=False)
+
     table = (lambda *a: None) if as_json else show_calls
     agent_file = DEMO_AGENT
     note = None
