@@ -4,9 +4,10 @@ envelopes.controls, never read as rich markup), tables that never cut what peopl
 (`print_table`), and the session commands' step reports, open calls, dispositions and
 turns.
 
-Tables: on a terminal, a rich table whose cells fold instead of being cut (an identifier
-is never shortened); anywhere else (a pipe, a file), plain rows of space-aligned columns,
-one row per line, nothing wrapped or cut.
+Tables: on a terminal, a rich table whose identifier columns stay whole on one line and
+whose other cells fold instead of being cut; on a terminal too narrow for the identifiers,
+and anywhere else (a pipe, a file), plain rows of space-aligned columns, one row per line,
+nothing wrapped or cut. `--json` stays the machine format.
 """
 
 from __future__ import annotations
@@ -40,16 +41,13 @@ def plain(value: object, multiline: bool = True, style: str = "") -> Text:
     return Text(shown(value, multiline), style=style)
 
 
-def say(*pieces: object, err: bool = False) -> None:
-    """Print one line made of `pieces` on stdout (stderr with `err`): a rich Text (our
-    own styled words) as it is, anything else escaped and shown literally."""
+def say(*pieces: object) -> None:
+    """Print one line made of `pieces` on stdout: a rich Text (our own styled words) as
+    it is, anything else escaped and shown literally (never read as markup)."""
     line = Text()
     for piece in pieces:
         line.append_text(piece if isinstance(piece, Text) else plain(piece))
-    if err:
-        typer.echo(line.plain, err=True)
-    else:
-        console.print(line, soft_wrap=True)
+    console.print(line, soft_wrap=True)
 
 
 def echo(value: object, err: bool = False) -> None:
