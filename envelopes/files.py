@@ -351,6 +351,20 @@ def collect(
     return walk.files, walk.skipped
 
 
+def matches_any(path: str, patterns: list[str]) -> bool:
+    """Whether the relative `path` is one `collect` would return for `patterns`: the
+    same component-by-component match as the walk (`*`, `?`, `**`). An invalid pattern
+    matches nothing."""
+    compiled = [p.split("/") for p in patterns if glob_problem(p) is None]
+    states = [(index, 0) for index in range(len(compiled))]
+    *parents, name = path.split("/")
+    for part in parents:
+        _, states = _step(compiled, states, part)
+        if not states:
+            return False
+    return _step(compiled, states, name)[0]
+
+
 class _Walk:
     """A depth-first walk that descends only into directories some pattern can still
     match below, reading matching files as it meets them (within the caps)."""

@@ -12,6 +12,8 @@ from typing import NoReturn
 
 import typer
 
+from envelopes.controls import escape_controls
+
 #: The level of the library's log lines on stderr (WARNING: retries and recoveries).
 LOG_LEVEL_VARIABLE = "AGENTS_RUNNER_LOG_LEVEL"
 
@@ -24,8 +26,17 @@ app = typer.Typer(
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"agents-runner: error: {message}", err=True)
+    """One line on stderr (its controls escaped: a message may quote a worker) and exit."""
+    typer.echo(f"agents-runner: error: {escape_controls(message, multiline=True)}", err=True)
     raise typer.Exit(code)
+
+
+class EscapingFormatter(logging.Formatter):
+    """Log lines with their control characters escaped: a record may quote a sandbox (an
+    egress refusal's host name, a worker's stderr)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().format(record), multiline=True)
 
 
 def configure_logging() -> None:
@@ -34,4 +45,6 @@ def configure_logging() -> None:
     level = logging.getLevelNamesMapping().get(name)
     if level is None:
         fail(f"{LOG_LEVEL_VARIABLE}={name!r}: expected DEBUG, INFO, WARNING or ERROR")
-    logging.basicConfig(level=level, format="agents-runner: %(levelname)s: %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("agents-runner: %(levelname)s: %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])

@@ -10,18 +10,16 @@ stored). A record holds sizes and hashes, never argument values or outputs.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from runner.cli.app import app, fail
-from runner.cli.common import DEFAULT_STORE, JsonOption, console, open_sessions, user_errors
+from runner.cli.common import DEFAULT_STORE, JsonOption, open_sessions, user_errors
+from runner.cli.display import echo, print_table
 from runner.isolation.audit import (
     AuditError,
     AuditQuery,
@@ -30,7 +28,6 @@ from runner.isolation.audit import (
     read_audit_file,
     select,
 )
-from runner.isolation.outcome import has_control_characters
 from runner.stores import audit_log_of
 from runner.stores.locations import POSTGRES_SCHEMES
 
@@ -63,25 +60,16 @@ def _must_exist(location: str) -> None:
             fail(f"--store: there is no store at {path}")
 
 
-def _cell(value: object) -> Text:
-    """A table cell shown as plain text: no markup, control characters escaped."""
-    text = "" if value is None else str(value)
-    if has_control_characters(text):
-        text = json.dumps(text)[1:-1]
-    return Text(text)
-
-
 def _print_table(records: list[AuditRecord]) -> None:
-    table = Table("started (UTC)", "session", "call", "tool", "outcome", "ms", "bytes in/out",
-                  "ran in", "denied")  # fmt: skip
+    rows = []
     for r in records:
         ran_in = " ".join(str(x) for x in (r.runner, r.image, r.runtime) if x)
-        table.add_row(*(_cell(v) for v in (
-            r.at.replace("T", " ")[:19], r.session_id or "-", r.call_id or "-", r.tool,
-            r.outcome, f"{r.duration_ms:.0f}", f"{r.bytes_in}/{r.bytes_out}", ran_in,
-            r.egress_denied_count or "")))  # fmt: skip
-    console.print(table)
-    console.print(f"{len(records)} record(s)", markup=False)
+        rows.append((r.at.replace("T", " ")[:19], r.session_id or "-", r.call_id or "-", r.tool,
+                     r.outcome, f"{r.duration_ms:.0f}", f"{r.bytes_in}/{r.bytes_out}", ran_in,
+                     r.egress_denied_count or ""))  # fmt: skip
+    print_table(("started (UTC)", "session", "call", "tool", "outcome", "ms", "bytes in/out",
+                 "ran in", "denied"), rows, ids=range(5))  # fmt: skip
+    echo(f"{len(records)} record(s)")
 
 
 @app.command("audit")

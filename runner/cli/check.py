@@ -6,17 +6,17 @@ one), 1 when one fails, 2 for bad input.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import anyio
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
+from envelopes import controls
 from runner.cli.app import app, fail
+from runner.cli.display import print_table as show_table
+from runner.cli.display import say
 from runner.cli.isolation import (
     Argv,
     ContainerRuntime,
@@ -92,38 +92,28 @@ def worker_check(
 
     report = anyio.run(check)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(strict), ensure_ascii=False, indent=2))
+        typer.echo(controls.dumps(report.to_dict(strict), indent=2))
     else:
         print_table(report, strict)
     raise typer.Exit(0 if not report.failed(strict) else 1)
 
 
 def print_table(report: Report, strict: bool = False) -> None:
-    console = Console(highlight=False)
-    table = Table(title=f"worker-check: {report.target}", title_justify="left")
-    table.add_column("check")
-    table.add_column("level")
-    table.add_column("result")
-    table.add_column("why")
+    rows = []
     for check in report.checks:
         # A failure that does not count in this mode is shown, not styled as fatal.
         style = _STYLE[check.status] if check.counts(strict) else "yellow"
-        mark = check.status.upper()
-        table.add_row(check.id, check.level, f"[{style}]{mark}[/]", _plain(check.detail))
-    console.print(table)
+        rows.append((check.id, check.level, Text(check.status.upper(), style=style),
+                     check.detail))  # fmt: skip
+    title = f"worker-check: {report.target}"
+    show_table(("check", "level", "result", "why"), rows, title=title, ids=(0,))
     for level in ("required", "strict"):
         failed = report.failed_at(level)
         counted = level == "required" or strict
         if failed:
             style, note = ("bold red", "") if counted else ("yellow", " (counted with --strict)")
-            console.print(f"[{style}]{len(failed)} {level} check(s) failed{note}:[/] "
-                          + ", ".join(c.id for c in failed))  # fmt: skip
+            say(Text(f"{len(failed)} {level} check(s) failed{note}:", style=style), " ",
+                ", ".join(c.id for c in failed))  # fmt: skip
     if not report.failed(strict):
         levels = "required and strict" if strict else "required"
-        console.print(f"[green]all {levels} checks passed[/] ({len(report.checks)} checks)")
-
-
-def _plain(text: str) -> str:
-    """A worker's words shown as text: no rich markup, no terminal control characters."""
-    cleaned = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-    return escape(cleaned)
+        say(Text(f"all {levels} checks passed", style="green"), f" ({len(report.checks)} checks)")

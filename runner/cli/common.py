@@ -10,7 +10,6 @@ sessions, and commands that need leases (`worker`) refuse it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -24,6 +23,7 @@ import anyio
 import typer
 from rich.console import Console
 
+from envelopes import controls
 from runner.cli.app import fail
 from runner.cli.pooling import with_pool
 from runner.isolation.audit import AuditError
@@ -331,8 +331,10 @@ def run_pooled(
 
 
 def emit(document: dict[str, Any], as_json: bool, human: Callable[[], None]) -> None:
+    """`document` as one line of JSON (`--json`; controls escaped: envelopes.controls),
+    or what `human` prints."""
     if as_json:
-        typer.echo(json.dumps(document, ensure_ascii=False))
+        typer.echo(controls.dumps(document))
     else:
         human()
 

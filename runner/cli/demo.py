@@ -24,10 +24,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.panel import Panel
-from rich.table import Table
 
+from envelopes import controls
 from runner.cli.app import app, fail
 from runner.cli.common import JsonOption, PoolSizeOption, console
+from runner.cli.display import plain, print_block, print_table
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_AGENT = REPO / "examples" / "agents" / "demo.json"
@@ -106,26 +107,33 @@ def demo(
     with tempfile.TemporaryDirectory(prefix="agents-runner-demo-") as scratch:
         trace = three_steps(store, problem, Path(scratch), as_json, pool_size)
     if as_json:
-        typer.echo(json.dumps(trace, ensure_ascii=False))
+        typer.echo(controls.dumps(trace))
 
 
 def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
                 pool_size: int | None = None) -> dict[str, Any]:  # fmt: skip
     say = (lambda *a, **k: None) if as_json else console.print
+
+    def panel(heading: Panel) -> None:
+        """A panel wraps its lines (never crops them), whatever the console's soft wrap."""
+        if not as_json:
+            console.print(heading, soft_wrap=False)
+
+    table = (lambda *a: None) if as_json else show_calls
     agent_file = DEMO_AGENT
     note = None
     if problem:
         note = (f"NOTE: {problem}; the bash call runs with the LOCAL process runner, which is"
                 " not a sandbox (it runs as you, on this host).")  # fmt: skip
         agent_file = local_agent(scratch)
-        say(f"[bold yellow]{note}[/]")
+        say(plain(note, style="bold yellow"))
     trace: dict[str, Any] = {"store": redacted(store), "runner": "local" if problem else "docker",
                              "pool_size": pool_size, "note": note, "steps": []}  # fmt: skip
     common = ("--store", store)
     # The steps that run calls; None leaves them to read the variable themselves.
     pooled = () if pool_size is None else ("--pool-size", str(pool_size))
 
-    say(Panel(f"[bold]Step 1[/]: run the agent (a new process)\nuser: {PROMPT}"))
+    panel(Panel(f"[bold]Step 1[/]: run the agent (a new process)\nuser: {PROMPT}"))
     first = agents_runner("run", "--agent-file", str(agent_file), "--prompt", PROMPT, *common,
                           *pooled)  # fmt: skip
     trace["steps"].append({"step": 1, "command": "run", "output": first})
@@ -133,29 +141,30 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
     if first["status"] != "paused":
         fail(f"step 1 should leave the session waiting, it is {first['status']}", 1)
     shown = agents_runner("session", "show", session_id, *common)
-    say(calls_table(shown, "after step 1"))
-    say(f"the process exited; session {session_id} waits on "
-        f"{len(first['deferred_calls'])} deferred call(s)")  # fmt: skip
+    table(shown, "after step 1")
+    say(plain(f"the process exited; session {session_id} waits on "
+              f"{len(first['deferred_calls'])} deferred call(s)"))  # fmt: skip
 
-    say(Panel("[bold]Step 2[/]: complete the deferred calls from outside (one process each)"))
+    panel(Panel("[bold]Step 2[/]: complete the deferred calls from outside (one process each)"))
     for call in first["deferred_calls"]:
         answer = scratch / f"{call['tool_call_id']}.json"
         answer.write_text(json.dumps(REMOTE_ANSWERS.get(call["tool"], {"answer": "done"})))
         woken = agents_runner("session", "complete", call["continuation_token"], str(answer),
                               *common)  # fmt: skip
         trace["steps"].append({"step": 2, "command": "session complete", "output": woken})
-        say(f"session complete {call['continuation_token']} ({call['tool']}):"
-            f" {woken['open_calls']} call(s) still open")  # fmt: skip
+        say(plain(f"session complete {call['continuation_token']} ({call['tool']}):"
+                  f" {woken['open_calls']} call(s) still open"))  # fmt: skip
 
-    say(Panel("[bold]Step 3[/]: resume the session to its final answer (a new process)"))
+    panel(Panel("[bold]Step 3[/]: resume the session to its final answer (a new process)"))
     final = agents_runner("session", "resume", session_id, *common, *pooled)
     trace["steps"].append({"step": 3, "command": "session resume", "output": final})
     if final["status"] != "completed":
         fail(f"step 3 should complete the session, it is {final['status']}", 1)
     trace["final_answer"] = final["final_answer"]
     shown = agents_runner("session", "show", session_id, *common)
-    say(calls_table(shown, "after step 3"))
-    say(Panel(final["final_answer"], title="final answer"))
+    table(shown, "after step 3")
+    if not as_json:
+        print_block("final answer", final["final_answer"])
     return trace
 
 
@@ -168,14 +177,16 @@ def redacted(store: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def calls_table(session: dict[str, Any], title: str) -> Table:
-    table = Table("tool", "state", "how", "result", title=title)
+def show_calls(session: dict[str, Any], title: str) -> None:
+    """The session's calls, each result whole (a cut result once read `"stdout_bytes": 2`
+    for 27)."""
+    rows = []
     for call in session["calls"].values():
         how = call["disposition"]
         while how["tag"] == "decorate":
             how = how["inner"]
         kind = how["tag"] + (f" ({how['spec']['tag']})" if "spec" in how else "")
         result = call["result"]["content"] if call["result"] else call.get("defer_reason") or ""
-        text = result if isinstance(result, str) else json.dumps(result)
-        table.add_row(call["tool"], call["state"], kind, text[:90])
-    return table
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        rows.append((call["tool"], call["state"], kind, text))
+    print_table(("tool", "state", "how", "result"), rows, title=title, ids=(0,))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -13,7 +12,7 @@ import anyio
 import typer
 from pydantic import ValidationError
 
-from envelopes import codec, wire
+from envelopes import codec, controls
 from envelopes.v1 import MAX_REQUEST_BYTES, ToolCallRequest
 from runner.cli.app import app, fail
 from runner.cli.common import parse_audit_option
@@ -260,9 +259,13 @@ def isolate(
     out: Annotated[
         Path | None,
         typer.Option("--out", metavar="DIR",
-                     help="write the files the result carries under DIR (never outside it,"
-                          " never through a symlink)"),
+                     help="write the returned files a --collect pattern asked for under DIR"
+                          " (never outside it, never through a symlink, never over a file"
+                          " already there unless --overwrite)"),
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="let --out replace files already in DIR")
+    ] = False,
     stream: Annotated[
         bool, typer.Option("--stream", help="print the worker's events live on stderr")
     ] = False,
@@ -295,8 +298,10 @@ def isolate(
     document = outcome.to_dict() if full else outcome.result.to_wire()
     if outcome.control_characters:  # intact in the JSON, but escaped, never interpreted
         typer.echo("warning: the worker's output holds control or bidi characters", err=True)
-    typer.echo(json.dumps(document, ensure_ascii=outcome.control_characters))
-    all_written = write_returned(outcome, out) if out is not None else True
+    typer.echo(controls.dumps(document))
+    all_written = (
+        write_returned(outcome, out, collect or [], overwrite) if out is not None else True
+    )
     raise typer.Exit(0 if outcome.ok and all_written else 1)
 
 
@@ -322,7 +327,7 @@ def describe(
         tail = outcome.exchange.stderr_tail.decode("utf-8", "replace").strip().splitlines()
         hint = f" (worker stderr: {tail[-1][:200]})" if tail else ""
         fail(f"describe failed: {outcome.error_code}: {outcome.message}{hint}", code=1)
-    typer.echo(wire.dumps(outcome.describe.to_wire()).decode())
+    typer.echo(controls.dumps(outcome.describe.to_wire()))
 
 
 @app.command()

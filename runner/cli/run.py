@@ -6,12 +6,12 @@ app's callback) or after it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from envelopes import controls
 from runner.cli.app import app, configure_logging, fail
 from runner.cli.common import (
     DEFAULT_STORE,
@@ -22,12 +22,12 @@ from runner.cli.common import (
     PoolSizeOption,
     StoreOption,
     agent_from_file,
-    console,
     open_sessions,
     read_attached,
     read_prompt,
     run_pooled,
 )
+from runner.cli.display import echo
 
 
 @app.callback()
@@ -59,11 +59,11 @@ def run(
     document = report.to_dict()
     if report.status == "waiting":
         document["status"] = "paused"
-        typer.echo(json.dumps(document, ensure_ascii=False))
+        typer.echo(controls.dumps(document))
     elif as_json:
-        typer.echo(json.dumps(document, ensure_ascii=False))
+        typer.echo(controls.dumps(document))
     elif report.status != "failed":
-        console.print(report.session.final_answer or "")
+        echo(report.session.final_answer or "")
     if report.status == "failed":  # a script sees it in the exit code too
         fail(f"session {report.session.id} failed: {report.session.failure_reason}; fix the"
              f" cause, then `session resume {report.session.id} --retry`", 1)  # fmt: skip

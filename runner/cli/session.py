@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from runner.cli.app import app, fail
 from runner.cli.common import (
@@ -29,7 +28,6 @@ from runner.cli.common import (
     SessionId,
     StoreOption,
     agent_from_file,
-    console,
     emit,
     late_of,
     lease_of,
@@ -44,11 +42,16 @@ from runner.cli.common import (
     user_errors,
 )
 from runner.cli.display import (
+    clipped,
     describe_turn,
+    echo,
+    plain,
     print_output,
     print_pending,
     print_report,
+    print_table,
     print_tokens,
+    say,
 )
 from runner.cli.results import read_result
 from runner.session import (
@@ -96,12 +99,12 @@ def start(
             session = agent.start(text, attachments)
         if step:
             if not as_json:
-                typer.echo(f"session-id: {session.id}")
+                echo(f"session-id: {session.id}")
             stepper = stored_agent(opened, session.id, audit=audit)
             print_report(run_pooled(stepper, pool_size, lambda a: a.step(session.id)), as_json)
             return
     emit({"session_id": session.id, "status": session.status}, as_json,
-         lambda: typer.echo(f"session-id: {session.id}"))  # fmt: skip
+         lambda: echo(f"session-id: {session.id}"))  # fmt: skip
 
 
 @session_app.command("step")
@@ -177,13 +180,13 @@ def pause(
 
     def human() -> None:
         if session.status == "completed":
-            typer.echo("Session completed.")
-            typer.echo(session.final_answer or "")
+            echo("Session completed.")
+            echo(session.final_answer or "")
             return
-        typer.echo(f"session {session.id} is {session.status}"
-                   + (" (the turn yielded)" if session.status == "waiting" else ""))  # fmt: skip
+        echo(f"session {session.id} is {session.status}"
+             + (" (the turn yielded)" if session.status == "waiting" else ""))  # fmt: skip
         if report.ran:
-            typer.echo(f"ran: {', '.join(report.ran)}")
+            echo(f"ran: {', '.join(report.ran)}")
         print_tokens(session)
 
     emit(document, as_json, human)
@@ -199,7 +202,7 @@ def freeze(
         with user_errors():
             session = agent.freeze(session_id)
     emit({"session_id": session.id, "status": session.status}, as_json,
-         lambda: typer.echo(f"session {session.id} is {session.status}"))  # fmt: skip
+         lambda: echo(f"session {session.id} is {session.status}"))  # fmt: skip
 
 
 @session_app.command("cancel")
@@ -212,7 +215,7 @@ def cancel(
         with user_errors():
             session = agent.cancel(session_id)
     emit({"session_id": session.id, "status": session.status}, as_json,
-         lambda: console.print(f"session {session.id} is cancelled"))  # fmt: skip
+         lambda: echo(f"session {session.id} is cancelled"))  # fmt: skip
 
 
 @session_app.command("pending")
@@ -230,7 +233,7 @@ def pending(
 
     def human() -> None:
         if not entries:
-            typer.echo(f"No pending calls in session {session.id} ({session.status}).")
+            echo(f"No pending calls in session {session.id} ({session.status}).")
         else:
             print_pending(session, now)
 
@@ -290,21 +293,21 @@ def wake_by_token(
 
     def human() -> None:
         if report.late:
-            console.print(f"call {found.call_id} had expired; the result is kept as late"
-                          " and changes nothing")  # fmt: skip
+            echo(f"call {found.call_id} had expired; the result is kept as late"
+                 " and changes nothing")  # fmt: skip
         elif report.already_completed:
-            console.print(f"call {found.call_id} was already completed; nothing applied")
+            echo(f"call {found.call_id} was already completed; nothing applied")
         else:
-            console.print(f"recorded the result of {found.call_id} in session {found.session_id}")
-        console.print(f"{len(session.open_calls())} call(s) still open")
+            echo(f"recorded the result of {found.call_id} in session {found.session_id}")
+        echo(f"{len(session.open_calls())} call(s) still open")
         if holder is not None:
-            console.print(f"session {session.id} is held by {holder}, which continues it")
+            echo(f"session {session.id} is held by {holder}, which continues it")
         elif continued is not None:
             print_report(continued, False)
         elif resume:
-            console.print(f"session {session.id} is {session.status}: not resumed"
-                          + (" until its open calls have results"
-                             if session.status == "waiting" else ""))  # fmt: skip
+            echo(f"session {session.id} is {session.status}: not resumed"
+                 + (" until its open calls have results"
+                    if session.status == "waiting" else ""))  # fmt: skip
 
     emit(document, as_json, human)
 
@@ -387,7 +390,7 @@ def retry(
 
         session = run_async(go)
     emit({"session_id": session.id, "status": session.status, "retried": found.call_id},
-         as_json, lambda: console.print(f"call {found.call_id} will run again"))  # fmt: skip
+         as_json, lambda: echo(f"call {found.call_id} will run again"))  # fmt: skip
 
 
 @session_app.command("list")
@@ -410,11 +413,9 @@ def list_sessions(
                 rows.append({**row.__dict__, "conditions": found, **reason})
 
     def human() -> None:
-        table = Table("session", "status", "conditions", "agent", "version")
-        for row in rows:
-            table.add_row(row["id"], row["status"], ", ".join(row["conditions"][1:]),
-                          row["agent_slug"], str(row["version"]))  # fmt: skip
-        console.print(table)
+        print_table(("session", "status", "conditions", "agent", "version"),
+                    [(row["id"], row["status"], ", ".join(row["conditions"][1:]),
+                      row["agent_slug"], row["version"]) for row in rows], ids=(0,))  # fmt: skip
 
     emit({"sessions": rows}, as_json, human)
 
@@ -434,19 +435,19 @@ def show(
     late_calls = {c.id for c in overdue(session, now)}
 
     def human() -> None:
-        console.print(f"session [bold]{session.id}[/] ({session.agent_slug}) is "
-                      f"[bold]{session.status}[/], version {session.version}")  # fmt: skip
-        console.print(why)
+        say("session ", plain(session.id, style="bold"), f" ({session.agent_slug}) is ",
+            plain(session.status, style="bold"), f", version {session.version}")  # fmt: skip
+        say(why)
         for call_id, result in late:
-            console.print(f"late result for {call_id} (kept, not applied): {result.text()[:120]}")
+            say(f"late result for {call_id} (kept, not applied): {clipped(result.text())}")
         for index, turn in enumerate(session.turns):
-            console.print(f"[dim]{index}[/] {describe_turn(turn)}")
-        table = Table("call", "tool", "state", "attempts", "result")
+            say(plain(index, style="dim"), " ", describe_turn(turn))
+        rows = []
         for call in session.calls.values():
             text = call.result.text() if call.result else ""
             state = "expired (overdue)" if call.id in late_calls else call.state
-            table.add_row(call.id, call.tool, state, str(call.attempts), text[:120])
-        console.print(table)
+            rows.append((call.id, call.tool, state, call.attempts, clipped(text)))
+        print_table(("call", "tool", "state", "attempts", "result"), rows, ids=(0, 1))
         for call in session.calls.values():
             print_output(call)
 

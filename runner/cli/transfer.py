@@ -4,9 +4,13 @@
   path in the worker's workspace, the file's name by default; text stays text, anything
   else goes as base64; the permission bits go along).
 - `--collect GLOB` asks the worker for the workspace files matching GLOB; `--out DIR`
-  writes every file that comes back (media parts with a `path`, else a `filename`) under
-  DIR with envelopes.files' writer: never outside DIR, never through a symlink, whatever
-  the names. A name that fails is refused and reported; the others are still written.
+  writes the files that come back (media parts with a `path`, else a `filename`) under
+  DIR with envelopes.files' writer, but only those whose name matches a `--collect`
+  pattern (by the rule `collect` itself uses: a worker may return anything, such as
+  `.bashrc` or `.git/config`), never outside DIR, never through a symlink, and never over
+  a file already there unless `--overwrite` (which replaces a link itself, never its
+  target). A name that fails is refused and named on stderr (escaped); the others are
+  still written.
 - `--stream` prints each event on stderr as it arrives, one line each, escaped.
 """
 
@@ -22,7 +26,15 @@ from pydantic import ValidationError
 
 from envelopes import codec
 from envelopes.bounds import LATEST_VERSION
-from envelopes.files import FilesError, fold, glob_problem, path_problem, write_files
+from envelopes.controls import escape_controls
+from envelopes.files import (
+    FilesError,
+    fold,
+    glob_problem,
+    matches_any,
+    path_problem,
+    write_files,
+)
 from envelopes.v1 import ToolCallRequest, media_parts
 from runner.cli.app import fail
 from runner.isolation import CallOutcome, WorkerEvent
@@ -55,6 +67,9 @@ def with_files(
     """The request with the `--file` and `--collect` options added (a 1.1 request)."""
     if patterns and out is None:
         fail("--collect needs --out DIR: the directory the collected files are written to")
+    if out is not None and not patterns:
+        fail("--out needs --collect GLOB: only the returned files a pattern asks for are"
+             " written")  # fmt: skip
     for pattern in patterns:
         if (problem := glob_problem(pattern)) is not None:
             fail(f"--collect {pattern!r}: the pattern {problem}")
@@ -79,14 +94,16 @@ def print_event(event: WorkerEvent) -> None:
         label = f"progress {100 * (event.fraction or 0.0):.0f}%"
     else:
         label = event.type
-    text = event.text.replace("\r", "\\r").replace("\n", "\\n")
-    sys.stderr.write(f"[{event.seq}] {label}: {text}\n")
+    sys.stderr.write(f"[{event.seq}] {label}: {escape_controls(event.text)}\n")
     sys.stderr.flush()
 
 
-def write_returned(outcome: CallOutcome, out: Path) -> bool:
-    """Write the files the result carries under `out`; False when any was refused (each
-    refusal is reported on stderr, each file written is named there)."""
+def write_returned(
+    outcome: CallOutcome, out: Path, patterns: list[str], overwrite: bool = False
+) -> bool:
+    """Write the files the result carries that a pattern of `patterns` asked for under
+    `out` (an existing file only when `overwrite`); False when any was refused (each
+    refusal is named on stderr, each file written too)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -99,16 +116,20 @@ def write_returned(outcome: CallOutcome, out: Path) -> bool:
         name = part.path if part.path is not None else part.filename
         if name is None:
             continue
-        shown = ascii(name)  # the name as data, never interpreted by the terminal
+        shown = f"'{escape_controls(name)}'"  # the name as data, never interpreted
         problem = path_problem(name)
+        if problem is None and not matches_any(name, patterns):
+            problem = "no --collect pattern asks for it (not written)"
         if problem is None and fold(name) in written:
             problem = f"the same path as {written[fold(name)]} (compared case-folded)"
         if problem is None:
             try:
                 data = base64.b64decode(part.base64_data, validate=True)
-                write_files(str(out), [(name, data, 0o644)], replace=True)
+                write_files(str(out), [(name, data, 0o644)], replace=overwrite)
             except FilesError as exc:
                 problem = exc.reason
+                if not overwrite and problem.startswith("already exists"):
+                    problem += "; --overwrite replaces it"
             except ValueError:
                 problem = "its base64_data does not decode"
         if problem is not None:
@@ -116,5 +137,5 @@ def write_returned(outcome: CallOutcome, out: Path) -> bool:
             sys.stderr.write(f"agents-runner: refused {where} {shown}: {problem}\n")
             continue
         written[fold(name)] = where
-        sys.stderr.write(f"wrote {out / name} ({len(data)} bytes)\n")
+        sys.stderr.write(f"wrote {escape_controls(str(out / name))} ({len(data)} bytes)\n")
     return refused == 0

@@ -25,7 +25,6 @@ longer each time they repeat, and are logged with their cause.
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -37,6 +36,7 @@ import anyio
 import anyio.to_thread
 import typer
 
+from envelopes import controls
 from runner.cli.app import app
 from runner.cli.common import (
     DEFAULT_CONCURRENCY,
@@ -262,7 +262,9 @@ def describe(session: Session) -> str:
 
 
 def log(message: str) -> None:
-    print(json.dumps({"ts": round(time.time(), 3), "message": message}), file=sys.stderr)
+    """One JSON line on stderr (`serve` and `worker`): a session's failure reason is the
+    model's or a worker's words, escaped like every JSON the CLI prints."""
+    print(controls.dumps({"ts": round(time.time(), 3), "message": message}), file=sys.stderr)
 
 
 __all__ = ["PooledRunners", "advance_sessions", "runner_factory", "worker"]

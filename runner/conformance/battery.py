@@ -18,12 +18,13 @@ from pydantic import ValidationError
 
 from envelopes import wire
 from envelopes.codec import describe_validation_error
+from envelopes.controls import has_control_characters
 from envelopes.v1 import RUNNER_ERROR_CODES, DescribeResult, ToolCallResult, ToolDescription
 from runner.conformance import probes
 from runner.conformance.lint import lint_schema
 from runner.conformance.report import Level, Report
 from runner.isolation.base import ExchangeRunner
-from runner.isolation.outcome import Exchange, has_control_characters
+from runner.isolation.outcome import Exchange
 
 #: The largest answer read back from a probe: big enough to see a worker overshoot
 #: max_result_bytes instead of being cut off by the runner.

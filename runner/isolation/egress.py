@@ -56,6 +56,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import LogConfig, Ulimit
 
+from envelopes.controls import escape_controls
 from runner.isolation.containers import (
     LABEL_MANAGED,
     LABEL_OWNER,
@@ -260,9 +261,11 @@ class Gateway:
             if isinstance(document.get("denied"), dict) and len(denied) < MAX_DENIED:
                 record = document["denied"]
                 denied.append(record)
-                logger.warning("egress denied (proxy %s): %s %s:%s: %s", self.proxy_id[:12],
-                               record.get("kind"), record.get("host"), record.get("port"),
-                               record.get("detail"))  # fmt: skip
+                # The host is the sandbox's words: escaped, it cannot drive a terminal.
+                what = (f"{record.get('kind')} {record.get('host')}:{record.get('port')}:"
+                        f" {record.get('detail')}")  # fmt: skip
+                logger.warning("egress denied (proxy %s): %s", self.proxy_id[:12],
+                               escape_controls(what))  # fmt: skip
             elif document.get("end"):
                 count = int(document.get("denied_count", 0))
         if count is None:

@@ -20,7 +20,6 @@ events and the last TAIL_CHARS characters of log and partial text (a killed call
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from envelopes.bounds import (
     EVENTS_MAX_DELIVERED,
     OUTPUT_TAIL_MAX,
 )
+from envelopes.controls import escape_controls
 from envelopes.v1 import EventBudget
 
 logger = logging.getLogger(__name__)
@@ -51,12 +51,6 @@ MAX_DELIVERED = EVENTS_MAX_DELIVERED
 KEPT_EVENTS = 32
 #: Characters of streamed log/partial text kept for `error.output_tail`.
 TAIL_CHARS = OUTPUT_TAIL_MAX
-
-#: Characters a terminal or an editor acts on instead of showing: C0 controls but tab, LF
-#: and CR (ESC starts ANSI sequences), DEL, C1 controls, and the Unicode bidi controls.
-CONTROL_CHARACTERS = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
 
 EventType = Literal["log", "progress", "partial"]
 Stream = Literal["stdout", "stderr"]
@@ -86,16 +80,6 @@ class WorkerEvent:
 
 #: Called once per delivered event, on the event loop; it must not block.
 EventCallback = Callable[[WorkerEvent], None]
-
-
-def escape_controls(text: str) -> str:
-    """`text` with every control and bidi character written as `\\xNN` / `\\uNNNN`."""
-    return CONTROL_CHARACTERS.sub(_escape_one, text)
-
-
-def _escape_one(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class InvalidEvent(ValueError):
@@ -271,8 +255,10 @@ def _event_of(doc: dict[str, Any], call_id: str, seq: int, at_ms: int) -> Worker
     kind = doc["type"]
     if kind == "progress":
         fraction = float(doc["fraction"])
-        message = escape_controls(doc.get("message", ""))
+        message = escape_controls(doc.get("message", ""), multiline=True)
         return WorkerEvent(call_id, seq, at_ms, "progress", message, fraction=fraction)
     if kind == "log":
-        return WorkerEvent(call_id, seq, at_ms, "log", escape_controls(doc["text"]), doc["stream"])
-    return WorkerEvent(call_id, seq, at_ms, "partial", escape_controls(doc["text"]))
+        return WorkerEvent(
+            call_id, seq, at_ms, "log", escape_controls(doc["text"], multiline=True), doc["stream"]
+        )
+    return WorkerEvent(call_id, seq, at_ms, "partial", escape_controls(doc["text"], multiline=True))

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from envelopes import codec
 from envelopes.bounds import COLLECT_DEFAULT_MAX_BYTES, COLLECT_DEFAULT_MAX_FILES, VERSION
+from envelopes.controls import has_control_characters
 from envelopes.files import fold, path_problem
 from envelopes.v1 import (
     RUNNER_CODE_RETRYABLE,
@@ -36,7 +37,7 @@ from envelopes.v1 import (
     media_parts,
 )
 from runner.isolation.dialect import V1_DIALECT, Dialect
-from runner.isolation.events import CONTROL_CHARACTERS, EventReader, WorkerEvent
+from runner.isolation.events import EventReader, WorkerEvent
 
 #: How much of the worker's stderr an outcome keeps (the end, where errors are).
 STDERR_TAIL_BYTES = 64 * 1024
@@ -158,20 +159,6 @@ class TailBuffer:
     def truncated(self) -> bool:
         """Whether the tail lost some of what was offered to it."""
         return self.offered > min(len(self._data), self.keep)
-
-
-def has_control_characters(value: Any) -> bool:
-    """Whether any string in `value` (a str, or lists and dicts of them, keys included)
-    holds a character a terminal or editor would interpret: ANSI escapes, other controls,
-    bidi overrides. Worker output is data; whoever shows it to a person escapes it
-    (`json.dumps` with ensure_ascii=True does) when this says so."""
-    if isinstance(value, str):
-        return CONTROL_CHARACTERS.search(value) is not None
-    if isinstance(value, dict):
-        return any(has_control_characters(k) or has_control_characters(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(has_control_characters(item) for item in value)
-    return False
 
 
 def _signal_name(number: int) -> str:

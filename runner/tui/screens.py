@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -36,7 +37,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"[b]{self.title_text}[/b]", id="confirm-title")
+            yield Static(Text(self.title_text, style="bold"), id="confirm-title")
             yield Static(self.what, id="confirm-what", markup=False)
             yield Static("y: do it    n or Esc: leave it", classes="keys")
 
@@ -56,7 +57,7 @@ class ReasonScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"[b]Fail {self.call}[/b]", id="reason-title")
+            yield Static(Text(f"Fail {self.call}", style="bold"), id="reason-title")
             yield Static("Why does it fail? The model is told this reason.", markup=False)
             yield Input(placeholder="the reason", id="reason")
             yield Static("Enter: fail the call and resume    Esc: leave it", classes="keys")
@@ -67,7 +68,7 @@ class ReasonScreen(ModalScreen[str | None]):
             self.dismiss(event.value.strip())
         else:
             self.query_one("#reason-title", Static).update(
-                f"[b]Fail {self.call}[/b]: the reason must say why"
+                Text(f"Fail {self.call}", style="bold") + ": the reason must say why"
             )
 
     def action_leave(self) -> None:

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from runner.isolation.outcome import has_control_characters
+from envelopes import controls
+from envelopes.controls import has_control_characters
 from tests.abuse.conftest import RESULT_BYTES, attack
 
 pytestmark = pytest.mark.anyio
@@ -57,8 +58,9 @@ async def test_ansi_and_bidi_controls_arrive_intact_and_flagged(api):
     assert hit.content["stdout"] == "\x1b[31mred\x1b[0m \u202eevil\u202c\x1b]0;title\x07"
     assert hit.outcome.control_characters
     # Shown escaped: no raw control or bidi character in what a terminal would print.
-    printed = json.dumps(hit.outcome.to_dict(), ensure_ascii=hit.outcome.control_characters)
+    printed = controls.dumps(hit.outcome.to_dict())  # as the CLI prints it
     assert not has_control_characters(printed)
+    assert json.loads(printed)["result"]["output"]["content"]["stdout"] == hit.content["stdout"]
 
 
 async def test_plain_output_is_not_flagged(api):

@@ -18,6 +18,7 @@ from envelopes.files import (
     check_files,
     collect,
     glob_problem,
+    matches_any,
     path_problem,
     write_files,
 )
@@ -373,3 +374,14 @@ def test_a_workspace_is_private_and_removed_even_when_locked(root: Path) -> None
 )  # fmt: skip
 def test_mime_types_come_from_the_extension(path: str, mime: str) -> None:
     assert files.guess_mime(path) == mime
+
+
+def test_matches_any_is_the_collect_rule():
+    """What `isolate --out` writes: a returned path some `--collect` pattern matches."""
+    assert matches_any("report.txt", ["report.txt"])
+    assert not matches_any(".bashrc", ["report.txt"])
+    assert not matches_any(".git/config", ["*"])  # `*` stays in one component
+    assert matches_any(".git/config", ["**"]) and matches_any("a/b/c.png", ["a/**/*.png"])
+    assert matches_any("a/c.png", ["a/**/*.png"])  # `**` matches zero directories
+    assert not matches_any("out/x.png", ["out/*.txt", "in/*.png"])
+    assert matches_any("out/x.png", ["out/*.txt", "out/?.png"])

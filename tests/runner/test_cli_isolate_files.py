@@ -94,10 +94,17 @@ def test_out_writes_collected_files_under_dir_and_never_through_a_symlink(tmp_pa
     assert "refused output.parts[2] 'linked/new.txt'" in done.stderr
     assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
     assert (outside / "victim.txt").read_text() == "keep"
-    # The planted file link is replaced by the file, its target untouched.
-    assert not (out / "leaf.txt").is_symlink() and (out / "leaf.txt").read_text() == "hi"
+    # The planted file link is left alone (it exists: no --overwrite), its target too.
+    assert (out / "leaf.txt").is_symlink() and (outside / "victim.txt").read_text() == "keep"
+    assert "refused output.parts[3] 'leaf.txt': already exists" in done.stderr
     assert (out / "fine" / "report.txt").read_text() == "hi"
     assert f"wrote {out / 'fine' / 'report.txt'} (2 bytes)" in done.stderr
+    # With --overwrite the link itself is replaced by the file, never its target.
+    again = isolate("--collect", "leaf.txt", "--overwrite", "--out", str(out),
+                    mode=("media", json.dumps(["leaf.txt"])))  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert not (out / "leaf.txt").is_symlink() and (out / "leaf.txt").read_text() == "hi"
+    assert (outside / "victim.txt").read_text() == "keep"
 
 
 def test_files_to_a_worker_without_files_are_refused(tmp_path: Path):
@@ -129,7 +136,7 @@ def hostile_outcome(*names: str) -> CallOutcome:
 )  # fmt: skip
 def test_the_out_writer_refuses_what_no_runner_would_pass(name, tmp_path: Path, capsys):
     out = tmp_path / "deep" / "out"
-    assert write_returned(hostile_outcome(name, "ok.txt"), out) is False
+    assert write_returned(hostile_outcome(name, "ok.txt"), out, ["**"]) is False
     assert (out / "ok.txt").read_text() == "hi"
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written == ["deep/out/ok.txt"]
@@ -137,6 +144,6 @@ def test_the_out_writer_refuses_what_no_runner_would_pass(name, tmp_path: Path, 
 
 
 def test_the_out_writer_refuses_case_folded_duplicates(tmp_path: Path, capsys):
-    assert write_returned(hostile_outcome("Report.txt", "report.TXT"), tmp_path) is False
+    assert write_returned(hostile_outcome("Report.txt", "report.TXT"), tmp_path, ["*"]) is False
     assert [p.name for p in tmp_path.iterdir()] == ["Report.txt"]
     assert "the same path as output.parts[1]" in capsys.readouterr().err
