@@ -89,7 +89,7 @@ def test_a_body_over_max_values_is_413_and_a_large_one_is_still_located(served: 
     _, tokens = start(served)
     token = tokens["fetch_remote_a"]
     many = b'{"result": [' + b"0," * 1_000_000 + b"0]}"  # past envelopes.wire.MAX_VALUES
-    large = b'{"result": {"type": "json", "content": [' + b"1," * 100_000 + b'NaN]}}'
+    large = b'{"result": {"type": "json", "content": [' + b"1," * 100_000 + b"NaN]}}"
     with served.client() as http:
         refused = http.post(f"/v1/continuations/{token}", content=many, headers=JSON)
         located = http.post(f"/v1/continuations/{token}", content=large, headers=JSON)
