@@ -301,7 +301,7 @@ def _lone_surrogate(text: str) -> str | None:
 
 
 def _at(problem: str, labels: list[str | int]) -> WireError:
-    path = "$" + "".join(f"[{x}]" if type(x) is int else f".{_key(x)}" for x in labels)  # type: ignore[arg-type]
+    path = "$" + "".join(f"[{x}]" if isinstance(x, int) else f".{_key(x)}" for x in labels)
     return WireError(f"{problem} at {path}", path=path, problem=problem)
 
 
