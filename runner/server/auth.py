@@ -90,7 +90,8 @@ class Authenticate:
         if scope["type"] != "http" or self.grants is None:
             await self.app(scope, receive, send)
             return
-        authorization = body = None
+        authorization: str | None = None
+        body = False
         for name, value in scope["headers"]:
             if name == b"authorization" and authorization is None:
                 authorization = value.decode("latin-1")
