@@ -4,9 +4,9 @@ nesting, at most wire.MAX_VALUES values, UTF-8, one document), before FastAPI's 
 lenient parse sees them. Every body of this API is a JSON object, so the rule holds for
 every route, the other modules' included. A body that breaks a rule is answered 400
 naming where (`body.result.content: duplicate key 'a'`); one with too many values, 413;
-a body that is not JSON at all by its Content-Type, 415. Only authenticated requests get
-here (runner.server.auth.Authenticate answers the others before their body is read),
-and a body past INLINE_BYTES is checked in a worker thread, not on the event loop."""
+a body that is not JSON at all by its Content-Type, 415. With tokens, only authenticated
+requests get here (runner.server.auth.Authenticate answers the others before their body
+is read), and a body past INLINE_BYTES is checked in a worker thread, not on the loop."""
 
 from __future__ import annotations
 
