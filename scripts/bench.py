@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import docker
+from bench_bodies import bench_bodies
 from bench_claims import bench_claims
 from bench_events import bench_events
 from bench_runtimes import bench_runtimes
@@ -61,7 +62,7 @@ MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCall
                   "\"version\":\"1.0\",\"id\":\"bench-0\",\"status\":\"ok\","
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
 ROWS = ("local", "docker", "pool", "runtimes", "throughput", "sessions", "postgres", "server",
-        "events", "claims", "workers")  # fmt: skip
+        "events", "claims", "workers", "bodies")  # fmt: skip
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
 POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
 
@@ -309,6 +310,9 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
     if "claims" in only:
         with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
             await bench_claims(report, Path(directory))
+    if "bodies" in only:  # hostile JSON bodies: the reader and the server (bench_bodies.py)
+        with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
+            await anyio.to_thread.run_sync(bench_bodies, report, Path(directory))
     report.machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.machine["seconds"] = round(time.perf_counter() - started, 1)
     print(render(report))

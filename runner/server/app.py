@@ -10,7 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from runner.server import actions, bodies, claims, events, problems, routes
-from runner.server.auth import Grant
+from runner.server.auth import Authenticate, Grant
 from runner.server.routes import Settings
 from runner.stores import DurableStore
 
@@ -34,4 +34,5 @@ def create_app(
     app.include_router(claims.router)
     app.add_middleware(bodies.StrictJson)  # inside BodyCap: added before it
     app.add_middleware(problems.BodyCap)
+    app.add_middleware(Authenticate, grants=tokens)  # outermost: before any body is read
     return app

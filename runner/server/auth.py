@@ -3,7 +3,8 @@ of the token), "role": "operator"|"worker"|"viewer", "tools"?: [...]}]. The serv
 only the hashes, compares them in constant time, and never logs a token.
 
 operator: everything. viewer: read-only (GET). worker: the pending calls of a session
-and completing or failing the continuations of the tools it is granted, nothing else."""
+and completing or failing the continuations of the tools it is granted, nothing else.
+`Authenticate` is the one place a request's grant is decided, before its body is read."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envelopes import codec
+from runner.server.problems import problem_response
 
 Role = Literal["operator", "worker", "viewer"]
 
@@ -66,3 +69,39 @@ def identify(grants: list[Grant], authorization: str | None) -> Grant | None:
         if hmac.compare_digest(offered, grant.sha256.lower()):
             found = grant
     return found
+
+
+#: The scope key under which Authenticate leaves the caller's grant for the routes.
+GRANT_KEY = "agents_runner.grant"
+
+
+class Authenticate:
+    """ASGI middleware, the outermost: who is asking is decided here, before anything
+    reads the body. With tokens, a request under /v1/ or carrying a body needs a known
+    bearer token; without one it is answered 401 at once and its body is never read,
+    buffered or parsed (the HTTP server discards what the client still sends). The
+    grant is left in the scope, where the routes' `caller` reads it. `grants` None
+    (`serve --no-auth`): no access control."""
+
+    def __init__(self, app: ASGIApp, grants: list[Grant] | None) -> None:
+        self.app, self.grants = app, grants
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.grants is None:
+            await self.app(scope, receive, send)
+            return
+        authorization: str | None = None
+        body = False
+        for name, value in scope["headers"]:
+            if name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+            elif (name == b"content-length" and value != b"0") or name == b"transfer-encoding":
+                body = True
+        grant = identify(self.grants, authorization)
+        if grant is None and (body or scope["path"].startswith("/v1/")):
+            refusal = problem_response(401, "unauthorized", "a valid bearer token is required",
+                                       **{"WWW-Authenticate": "Bearer"})  # fmt: skip
+            await refusal(scope, receive, send)
+            return
+        scope[GRANT_KEY] = grant
+        await self.app(scope, receive, send)

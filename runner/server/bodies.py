@@ -1,21 +1,23 @@
 """Request bodies read with the envelope's strict JSON rules (envelopes.wire: no duplicate
 keys, no NaN or Infinity, integers within +-(2^53-1), no lone surrogates, bounded
-nesting, UTF-8, one document), before FastAPI's own lenient parse sees them. Every body
-of this API is a JSON object, so the rule holds for every route, the other modules'
-included. A body that breaks a rule is answered 400 naming where (`body.result.content:
-duplicate key 'a'`); a body that is not JSON at all by its Content-Type, 415."""
+nesting, at most wire.MAX_VALUES values, UTF-8, one document), before FastAPI's own
+lenient parse sees them. Every body of this API is a JSON object, so the rule holds for
+every route, the other modules' included. A body that breaks a rule is answered 400
+naming where (`body.result.content: duplicate key 'a'`); one with too many values, 413;
+a body that is not JSON at all by its Content-Type, 415. With tokens, only authenticated
+requests get here (runner.server.auth.Authenticate answers the others before their body
+is read), and a body past INLINE_BYTES is checked in a worker thread, not on the loop."""
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import dataclass
-from typing import Any
-
+import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from envelopes import wire
 from runner.server.problems import MAX_BODY_BYTES, problem_response
+
+#: Bodies up to this size are checked on the event loop (a thread costs more than they do).
+INLINE_BYTES = 64 * 1024
 
 
 class StrictJson:
@@ -39,7 +41,13 @@ class StrictJson:
                 break  # the client went away; the app sees the disconnect
             more = message.get("more_body", False)
         body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
-        refusal = check(dict(scope["headers"]).get(b"content-type"), body) if body else None
+        refusal = None
+        if body:
+            content_type = dict(scope["headers"]).get(b"content-type")
+            if len(body) <= INLINE_BYTES:
+                refusal = check(content_type, body)
+            else:
+                refusal = await anyio.to_thread.run_sync(check, content_type, body)
         if refusal is not None:
             status, kind, detail = refusal
             await problem_response(status, kind, detail)(scope, receive, send)
@@ -60,14 +68,15 @@ def check(content_type: bytes | None, body: bytes) -> tuple[int, str, str] | Non
         return None  # nothing to parse: the route says whether it needs a body
     try:
         wire.loads(body, max_bytes=MAX_BODY_BYTES)
+    except wire.WireTooLarge as exc:
+        return 413, "body_too_large", f"body: {exc.reason}"
     except wire.WireError as exc:
         if exc.reason.startswith("expected a JSON object"):
             return 422, "invalid_field", f"body: {exc.reason}"
-        found = locate(body)
-        if found is None:
+        if exc.path is None:
             return 400, "malformed_json", f"body: the body is not JSON: {exc.reason}"
-        where, reason = found
-        return 400, "malformed_json", f"{where}: {reason} (bodies are read as strict JSON)"
+        where = "body" + exc.path.removeprefix("$")
+        return 400, "malformed_json", f"{where}: {exc.problem} (bodies are read as strict JSON)"
     return None
 
 
@@ -84,76 +93,3 @@ def media_type_refusal(content_type: bytes | None) -> str | None:
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() != "utf-8":
             return f"the body must be UTF-8, not charset {value.strip()[:40]!r}"
     return None
-
-
-@dataclass(frozen=True)
-class _Flaw:
-    """What a lenient parse found where the strict one refused (its hooks return these)."""
-
-    reason: str
-    key: str | None = None  # a duplicate key: the path goes one level into its object
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> Any:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            return _Flaw(f"duplicate key {key[:40]!r} in an object", key)
-        seen[key] = value
-    return seen
-
-
-def _constant(name: str) -> _Flaw:
-    return _Flaw(f"{name} is not valid JSON (non-finite numbers are refused)")
-
-
-def _int(text: str) -> int | _Flaw:
-    if len(text.lstrip("-")) > 16 or abs(int(text)) > wire.MAX_SAFE_INTEGER:
-        return _Flaw(f"integer {text[:24]} is outside +-(2^53-1)")
-    return int(text)
-
-
-def _float(text: str) -> float | _Flaw:
-    value = float(text)
-    return value if math.isfinite(value) else _Flaw(f"number {text[:24]} overflows a double")
-
-
-_LENIENT = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant,
-                            parse_int=_int, parse_float=_float)  # fmt: skip
-
-
-def locate(body: bytes) -> tuple[str, str] | None:
-    """(field path, reason) of the first thing the strict rules refuse in a body that
-    still parses leniently; None when it does not (a syntax error has no field)."""
-    try:
-        value = _LENIENT.decode(body.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
-    stack: list[tuple[Any, int, str]] = [(value, 1, "body")]
-    while stack:
-        node, depth, path = stack.pop()
-        if isinstance(node, _Flaw):
-            return (f"{path}.{node.key[:40]}" if node.key is not None else path), node.reason
-        if isinstance(node, str) and not _encodable(node):
-            return path, "a lone surrogate in a string"
-        if isinstance(node, dict | list) and depth > wire.MAX_DEPTH:
-            return path, f"nesting deeper than {wire.MAX_DEPTH} levels"
-        if isinstance(node, dict):
-            for key in node:
-                if not _encodable(key):
-                    return path, "a lone surrogate in a key"
-            children = [(child, depth + 1, f"{path}.{key[:40]}") for key, child in node.items()]
-        elif isinstance(node, list):
-            children = [(child, depth + 1, f"{path}[{i}]") for i, child in enumerate(node)]
-        else:
-            continue
-        stack.extend(reversed(children))  # popped in document order
-    return None
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.server import intake
-from runner.server.auth import Grant, identify
+from runner.server.auth import GRANT_KEY, Grant
 from runner.server.problems import Problem, responses
 from runner.server.visibility import view_of
 from runner.session import (
@@ -96,11 +96,11 @@ def settings(request: Request) -> Settings:
 
 
 def caller(request: Request) -> Grant | None:
-    """Who is asking (None without access control); 401 without a known bearer token."""
-    grants = settings(request).grants
-    if grants is None:
+    """Who is asking (None without access control), as auth.Authenticate decided before
+    the body was read; 401 when it found no known bearer token."""
+    if settings(request).grants is None:
         return None
-    grant = identify(grants, request.headers.get("authorization"))
+    grant: Grant | None = request.scope.get(GRANT_KEY)
     if grant is None:
         raise Problem(401, "unauthorized", "a valid bearer token is required")
     return grant

@@ -151,8 +151,9 @@ def wire_reason(data: bytes, **kwargs: int) -> str:
 
 
 @pytest.mark.parametrize("opener", [b"[", b'{"a":'])
-def test_a_megabyte_of_openers_gives_wireerror_not_recursionerror(opener: bytes) -> None:
-    data = opener * ((1 << 20) // len(opener))
+def test_half_a_megabyte_of_openers_gives_wireerror_not_recursionerror(opener: bytes) -> None:
+    # (A megabyte of "[" is over MAX_VALUES: refused before the scanner starts, below.)
+    data = opener * ((512 << 10) // len(opener))
     start = time.perf_counter()
     with pytest.raises(WireError, match=f"nesting deeper than {MAX_DEPTH} levels"):
         wire.loads(data, max_bytes=2 << 20)
@@ -210,3 +211,103 @@ def test_dumps_then_loads_round_trips(value: object) -> None:
     # Identical bytes too (equality alone would let 1 == 1.0 or -0.0 == 0.0 pass).
     assert wire.dumps(back) == data
     assert json.loads(data) == doc
+
+
+# --- the value cap, and where a refusal points -----------------------------------------
+
+
+def values_in(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(values_in(child) for child in value.values())
+    if isinstance(value, list):
+        return 1 + sum(values_in(child) for child in value)
+    return 1
+
+
+def test_max_values_counts_every_value_and_can_only_lower_the_cap() -> None:
+    data = b'{"a": [1, "x", null, {}], "b": {"c": []}}'  # 8 values with the top object
+    assert wire.loads(data, max_bytes=CAP, max_values=8)["b"] == {"c": []}
+    with pytest.raises(wire.WireTooLarge, match="more than 7 values"):
+        wire.loads(data, max_bytes=CAP, max_values=7)
+    assert wire.MAX_VALUES == 1_000_000
+    over = b'{"a":[' + b"0," * wire.MAX_VALUES + b"0]}"
+    with pytest.raises(wire.WireTooLarge, match=f"more than {wire.MAX_VALUES} values"):
+        wire.loads(over, max_bytes=len(over), max_values=2 * wire.MAX_VALUES)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b'{"a": "' + b",[{" * 50 + b'"}', b'{"a": ["\\"", ",", "\\\\", "[", "{"]}',
+     b'{"a": [ ], "b": { }, "c": [""], "d": {"": ""}}'],
+)  # fmt: skip
+def test_commas_and_brackets_inside_strings_are_not_values(data: bytes) -> None:
+    exact = values_in(json.loads(data))
+    assert wire.loads(data, max_bytes=CAP, max_values=exact) == json.loads(data)
+    with pytest.raises(wire.WireTooLarge):
+        wire.loads(data, max_bytes=CAP, max_values=exact - 1)
+
+
+awkward_text = st.text(st.sampled_from(list(',[]{}"\\ \n:ae\u00e9')), max_size=8)
+awkward_values = st.recursive(
+    st.none() | safe_ints | awkward_text,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(awkward_text, kids, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(awkward_values, st.sampled_from([None, 1]), st.sampled_from([1, 2, 3, 7, 64, 1 << 18]))
+def test_the_value_count_is_exact_whatever_the_strings_hold(
+    value: object, indent: int | None, window: int
+) -> None:
+    data = json.dumps({"v": value}, indent=indent, ensure_ascii=False).encode()
+    assert wire._count_values(data, window) == values_in({"v": value})
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "problem"),
+    [
+        (b'{"x":{"b":1,"b":1}}', "$.x.b", "duplicate key 'b' in an object"),
+        (b'{"a":[1,NaN]}', "$.a[1]", "NaN is not valid JSON"),
+        (b'{"a":[{"n":9007199254740993}]}', "$.a[0].n", "integer 9007199254740993 is outside"),
+        (b'{"a":{"f":[1e999]}}', "$.a.f[0]", "number 1e999 overflows a double"),
+        (b'{"a":[{"b":"\\ud800"}]}', "$.a[0].b", "a lone surrogate (\\ud800) in a string"),
+        (b'{"a":[{"\\udc00":1}]}', "$.a[0]", "a lone surrogate (\\udc00) in a string (a key)"),
+        (b'{"a":[[[{"b":[[]]}]]]}', "$.a[0][0][0].b", "nesting deeper than 5 levels"),
+    ],
+)
+def test_a_refusal_names_the_place_of_the_value_at_fault(data: bytes, path: str,
+                                                         problem: str) -> None:  # fmt: skip
+    with pytest.raises(WireError) as info:
+        wire.loads(data, max_bytes=CAP, max_depth=5)
+    assert info.value.path == path
+    assert info.value.problem.startswith(problem)
+    assert info.value.reason == f"{info.value.problem} at {path}"
+
+
+def test_a_place_shows_a_key_that_cannot_print_escaped_and_a_long_one_cut() -> None:
+    data = b'{"\\u001b[31m":{"' + b"k" * 100 + b'":[NaN]}}'
+    with pytest.raises(WireError) as info:
+        wire.loads(data, max_bytes=CAP)
+    assert info.value.path == "$.'\\x1b[31m'." + "k" * 40 + "[0]"
+
+
+def test_a_refusal_without_a_single_place_has_no_path() -> None:
+    with pytest.raises(WireError) as info:
+        wire.loads(b'{"a":1} {}', max_bytes=CAP)
+    assert info.value.path is None and info.value.problem == info.value.reason
+
+
+def test_numbers_are_checked_in_a_large_document_too() -> None:
+    # Past the bytes where the scanner's own int and float are used, a number that
+    # breaks a rule still makes the document take the checking hooks.
+    filler = b",".join([b"1.5"] * 100_000)
+    for bad, reason in ((b"9007199254740993", "outside"), (b"2e308", "overflows"),
+                        (b"1E+400", "overflows")):  # fmt: skip
+        data = b'{"a":[' + filler + b"," + bad + b"]}"
+        with pytest.raises(WireError, match=reason) as info:
+            wire.loads(data, max_bytes=len(data))
+        assert info.value.path == "$.a[100000]"
+    # A string that only looks like a big number costs the hooks, not a refusal.
+    data = b'{"s":"9007199254740993 and 1e999","a":[' + filler + b"]}"
+    assert len(wire.loads(data, max_bytes=len(data))["a"]) == 100_000

@@ -83,3 +83,17 @@ def test_a_missing_body_where_one_is_needed_is_422(served: Served) -> None:
     with served.client() as http:
         answer = http.post(f"/v1/continuations/{tokens['fetch_remote_a']}")
     assert str(problem(answer, 422)["detail"]).startswith("body:")
+
+
+def test_a_body_over_max_values_is_413_and_a_large_one_is_still_located(served: Served) -> None:
+    _, tokens = start(served)
+    token = tokens["fetch_remote_a"]
+    many = b'{"result": [' + b"0," * 1_000_000 + b"0]}"  # past envelopes.wire.MAX_VALUES
+    large = b'{"result": {"type": "json", "content": [' + b"1," * 100_000 + b"NaN]}}"
+    with served.client() as http:
+        refused = http.post(f"/v1/continuations/{token}", content=many, headers=JSON)
+        located = http.post(f"/v1/continuations/{token}", content=large, headers=JSON)
+    assert problem(refused, 413)["detail"] == "body: document holds more than 1000000 values"
+    assert str(problem(located, 400)["detail"]).startswith(
+        "body.result.content[100000]: NaN is not valid JSON"
+    )
