@@ -75,9 +75,12 @@ def test_foreign_hosts_get_421_even_with_a_token(with_tokens: Serve, host: str) 
             refused(http.get(path, headers={"Host": host}), 421, "misdirected_request")
 
 
-@pytest.mark.parametrize("host", ["localhost", "localhost:1", "127.0.0.1", "127.0.0.1:65535",
-                                  "[::1]", "[::1]:8080", "LOCALHOST", "runner.example.test",
-                                  "runner.example.test:443", "a.corp.test", "b.a.corp.test:1"])  # fmt: skip
+SERVED = ["localhost", "localhost:1", "127.0.0.1", "127.0.0.1:65535", "[::1]", "[::1]:8080",
+          "LOCALHOST", "runner.example.test", "runner.example.test:443", "a.corp.test",
+          "b.a.corp.test:1"]  # fmt: skip
+
+
+@pytest.mark.parametrize("host", SERVED)
 def test_loopback_and_allowed_names_are_served(with_tokens: Serve, host: str) -> None:
     with with_tokens.client(TOKEN) as http:
         answer = http.get("/v1/sessions", headers={"Host": host})
@@ -110,9 +113,9 @@ def test_without_access_control_browser_requests_are_refused(
     no_auth: Serve, headers: dict[str, str]
 ) -> None:
     with no_auth.client() as http:
+        body = {"agent": "x", "prompt": "go"}
         for answer in (http.get("/v1/sessions", headers=headers),
-                       http.post("/v1/sessions", headers=headers, json={"agent": "x",
-                                                                        "prompt": "go"})):  # fmt: skip
+                       http.post("/v1/sessions", headers=headers, json=body)):  # fmt: skip
             assert "--no-auth" in refused(answer, 403, "browser_refused")
 
 

@@ -52,8 +52,8 @@ def agent(disposition: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 def shell(marker: Path) -> dict[str, Any]:
     """A runIsolated disposition whose worker is a program on the host leaving `marker`."""
-    return {"tag": "runIsolated",
-            "spec": {"tag": "localProcess", "argv": ["/bin/sh", "-c", f"touch {marker}"]}}  # fmt: skip
+    argv = ["/bin/sh", "-c", f"touch {marker}"]
+    return {"tag": "runIsolated", "spec": {"tag": "localProcess", "argv": argv}}
 
 
 def docker(**spec: Any) -> dict[str, Any]:
