@@ -201,17 +201,12 @@ def serve(
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """The listening socket, or one line and exit 2 (a port in use, an unknown host)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as exc:
-        fail(f"--host: cannot resolve {host!r}: {exc.strerror}")
-    sock = socket.socket(family, kind, proto)
+    """The listening socket (as uvicorn binds: IPv6 when the host has a colon), or one
+    line and exit 2 (a port in use, a name that does not resolve)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
+        sock.bind((host, port))
         sock.listen(2048)
     except OSError as exc:
         sock.close()
