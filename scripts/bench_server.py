@@ -65,9 +65,11 @@ def serve_on_loopback(location: Path, directory: Path) -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    # The loop polls rarely: these sessions are advanced by the requests, not by it.
+    # The loop polls rarely: these sessions are advanced by the requests, not by it. The
+    # events row opens more streams with its one token than serve allows one by default.
     argv = [sys.executable, "-m", "runner.cli", "serve", "--store", str(location), "--port",
-            str(port), "--tokens", str(tokens), "--poll-seconds", "5"]  # fmt: skip
+            str(port), "--tokens", str(tokens), "--poll-seconds", "5",
+            "--max-event-streams-per-token", "256"]  # fmt: skip
     with (directory / "serve.log").open("wb") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"

@@ -1,6 +1,7 @@
 """What `POST /v1/sessions` takes in: the agent (a file in --agents DIR, or an inline
-definition for an operator) and the attachments (checked by the rules of `session start
---attach`, runner.session.attachments). Every refusal is a 422 naming its field."""
+definition for an operator, held to inline.py's rules) and the attachments (checked by
+the rules of `session start --attach`, runner.session.attachments). Every refusal is a
+422 naming its field (403 for what an inline agent may not do)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.server.auth import Grant
+from runner.server.inline import InlineRules, check_inline
 from runner.server.problems import Problem
 from runner.session import Agent, AgentError, load_agent, parse_agent
 from runner.session.agent import ScriptedProvider
@@ -29,10 +31,11 @@ class AttachmentBody(BaseModel):
     )
 
 
-def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | None) -> Agent:
+def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | None,
+             inline: InlineRules | None = None) -> Agent:  # fmt: skip
     """The agent a new session runs (blocking: it may read files)."""
     if isinstance(agent, dict):
-        return _inline(agent, who)
+        return _inline(agent, who, inline or InlineRules())
     if agents_dir is None:
         raise Problem(422, "no_agents", "body.agent: the server has no --agents DIR to take"
                       " agent files from")  # fmt: skip
@@ -46,7 +49,7 @@ def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | 
         raise Problem(422, "invalid_agent", f"body.agent: {exc}") from exc
 
 
-def _inline(document: dict[str, Any], who: Grant | None) -> Agent:
+def _inline(document: dict[str, Any], who: Grant | None, rules: InlineRules) -> Agent:
     if who is not None and who.role != "operator":
         raise Problem(403, "forbidden", f"the {who.role} token {who.name!r} may not give an"
                       " inline agent definition; name a file in the agents directory")  # fmt: skip
@@ -60,6 +63,7 @@ def _inline(document: dict[str, Any], who: Grant | None) -> Agent:
         # and the server reads no file a request names.
         raise Problem(422, "invalid_agent", "body.agent.provider.script: an inline agent"
                       " gives its script inline as `responses`")  # fmt: skip
+    check_inline(agent, rules)
     return agent
 
 

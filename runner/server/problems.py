@@ -5,6 +5,7 @@ generic 500 handler, and every answer is in the document."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,7 +22,8 @@ PROBLEM_JSON = "application/problem+json"
 
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
           405: "Method Not Allowed", 409: "Conflict", 410: "Gone", 413: "Content Too Large",
-          415: "Unsupported Media Type", 422: "Unprocessable Content",
+          415: "Unsupported Media Type", 421: "Misdirected Request",
+          422: "Unprocessable Content", 429: "Too Many Requests",
           503: "Service Unavailable"}  # fmt: skip
 
 
@@ -190,3 +192,21 @@ def _complete(path: str, operation: dict[str, Any]) -> None:
     fastapi_422 = answers.get("422", {}).get("content", {}).get("application/json")
     if fastapi_422 is not None:
         answers["422"] = responses(422)[422]
+
+
+def also_answers(app: FastAPI, status: int, applies: Callable[[str, str], bool]) -> None:
+    """List `status` (a problem) in the OpenAPI document for each operation (path,
+    method in upper case) `applies` says a middleware may answer with it."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()
+        for path, item in schema.get("paths", {}).items():
+            for method, operation in item.items():
+                if applies(path, method.upper()):
+                    operation.setdefault("responses", {}).setdefault(
+                        str(status), responses(status)[status]
+                    )
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

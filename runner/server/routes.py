@@ -11,7 +11,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runner.server import intake
 from runner.server.auth import GRANT_KEY, Grant
+from runner.server.inline import InlineRules
 from runner.server.problems import Problem, responses
 from runner.server.visibility import view_of
 from runner.session import (
@@ -56,6 +57,8 @@ class Settings:
     grants: list[Grant] | None  # None: no access control (`serve --no-auth`)
     #: Raises, saying why, when the Docker engine is unreachable (None: not checked).
     docker_check: Callable[[], None] | None = None
+    #: What agents posted inline may do (`serve --trust-inline-agents`, `--allow-base-url`).
+    inline: InlineRules = field(default_factory=InlineRules)
 
 
 class CreateSession(BaseModel):
@@ -73,7 +76,8 @@ class CreateSession(BaseModel):
 
 class Readiness(BaseModel):
     status: str = Field(description="ready or unavailable")
-    store: str = Field(description="ok, or why the store cannot be reached")
+    store: str | None = Field(None, description="ok, or why the store cannot be reached;"
+                              " only for a caller with a valid token")  # fmt: skip
     docker: str | None = Field(None, description="ok, or why the Docker engine cannot be"
                                " reached; absent when the server does not check it")  # fmt: skip
 
@@ -172,8 +176,10 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=Readiness, response_model_exclude_none=True,
             responses={503: {"model": Readiness, "description": "not ready"}})  # fmt: skip
-async def readyz(config: Config) -> JSONResponse:
-    """Ready when the store answers and, when the server checks it, the Docker engine."""
+async def readyz(config: Config, request: Request) -> JSONResponse:
+    """Ready when the store answers and, when the server checks it, the Docker engine.
+    What each check found is said only to a caller with a valid token (or without
+    access control); others get the status alone."""
     body = {"status": "ready", "store": "ok"}
     checks: list[tuple[str, Callable[[], object]]] = [("store", config.store.now_ms)]
     if config.docker_check is not None:
@@ -186,14 +192,17 @@ async def readyz(config: Config) -> JSONResponse:
             body[name], body["status"] = str(exc) or type(exc).__name__, "unavailable"
         else:
             body[name] = "ok"
-    return JSONResponse(body, 200 if body["status"] == "ready" else 503)
+    code = 200 if body["status"] == "ready" else 503
+    if config.grants is not None and request.scope.get(GRANT_KEY) is None:
+        return JSONResponse({"status": body["status"]}, code)  # error texts are for callers
+    return JSONResponse(body, code)
 
 
 @router.post("/v1/sessions", status_code=201, responses=responses(409, 422))
 async def create_session(body: CreateSession, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator")
     definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
-                                                who)  # fmt: skip
+                                                who, config.inline)  # fmt: skip
     attachments = intake.attachments_of(body.attachments)
     agent = with_durable_workflows(definition.with_mode("asynchronous"), config.store)
     session = await call(agent.start, body.prompt, attachments)

@@ -57,17 +57,18 @@ class Serve:
 
 
 def start_serve(store: str, cwd: Path, *args: str, env: Mapping[str, str] | None = None,
-                name: str = "serve") -> Serve:  # fmt: skip
-    """`agents-runner serve --store STORE --port FREE ARGS...`, once it answers /healthz."""
+                name: str = "serve", host: str = "127.0.0.1") -> Serve:  # fmt: skip
+    """`agents-runner serve --store STORE --host HOST --port FREE ARGS...`, once it
+    answers /healthz."""
     port = free_port()
     log = cwd / f"{name}-{port}.log"
     with log.open("wb") as stderr:
         process = subprocess.Popen(
-            [*CLI, "serve", "--store", store, "--port", str(port), *args], cwd=cwd,
-            stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+            [*CLI, "serve", "--store", store, "--host", host, "--port", str(port), *args],
+            cwd=cwd, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
             env={**os.environ, **(env or {})},
         )  # fmt: skip
-    served = Serve(process, f"http://127.0.0.1:{port}", log)
+    served = Serve(process, f"http://{host}:{port}", log)
 
     def healthy() -> bool:
         assert process.poll() is None, f"serve exited {process.returncode}: {served.stderr()}"

@@ -74,9 +74,11 @@ def test_an_oversized_body_is_413(served: Served) -> None:
 def test_probes(served: Served, tmp_path: Path) -> None:
     with served.client(None) as http:
         assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/readyz").json() == {"status": "ready"}  # details need a token
+    with served.client() as http:
         assert http.get("/readyz").json() == {"status": "ready", "store": "ok"}
     served.store.close()  # the store is gone: not ready, still alive
-    with served.client(None) as http:
+    with served.client() as http:
         gone = http.get("/readyz")
         assert gone.status_code == 503 and gone.json()["status"] == "unavailable"
         assert gone.json()["store"] != "ok"

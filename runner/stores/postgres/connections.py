@@ -141,8 +141,9 @@ class Database:
             pool.close()
 
     def scrub(self, error: object) -> str:
-        """An error's text with no password in it (a driver may echo connection info)."""
-        text = str(error).strip()
+        """An error's text on one line with no password in it (a driver may echo
+        connection info; libpq adds hint lines)."""
+        text = " ".join(str(error).split())
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
