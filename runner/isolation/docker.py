@@ -297,7 +297,7 @@ class DockerRunner(ExchangeRunner):
         ex.runner_info["network"] = network_info(self.limits.network, self.limits.egress)
         started_at = time.monotonic()
         if seconds_until(deadline_ms) <= 0:
-            ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
+            ex.intervention = "expired"
             return ex
         container: Started | None = None
         try:

@@ -4,6 +4,7 @@ errors for bad input (never a traceback)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -74,3 +75,82 @@ def test_describe_local():
                          sys.executable, str(REPO / "images/bash-runner/worker.py"))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tools"][0]["name"] == "bash"
+
+
+# --- a request that does not go stale, and one command without JSON (issue 24, item 1) ---
+
+BASH_WORKER = ["--env", f"PYTHONPATH={REPO}", "--", sys.executable,
+               str(REPO / "images/bash-runner/worker.py")]  # fmt: skip
+PYTHON_WORKER = ["--env", f"PYTHONPATH={REPO}", "--", sys.executable,
+                 str(REPO / "images/python-runner/worker.py")]  # fmt: skip
+
+
+def saved_request(**fields: object) -> bytes:
+    document = {"kind": "ToolCallRequest", "version": "1.0", "id": "t1", "tool": {"name": "bash"},
+                "arguments": {"script": "echo hi"}, "limits": {"max_result_bytes": 65536},
+                **fields}  # fmt: skip
+    return json.dumps(document).encode()
+
+
+def test_a_request_without_deadline_ms_gets_one_from_now():
+    done = agents_runner("isolate", "--runner", "local", *BASH_WORKER, stdin=saved_request())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["output"]["content"]["stdout"] == "hi\n"
+
+
+def test_a_stale_request_is_refused_naming_timeout_and_runs_with_it():
+    stale = saved_request(deadline_ms=int((time.time() - 60) * 1000))
+    done = agents_runner("isolate", "--runner", "local", *BASH_WORKER, stdin=stale)
+    assert done.returncode == 2 and done.stdout == b""
+    err = done.stderr.decode()
+    assert re.search(r"passed 6\d s ago", err) and "--timeout SECONDS" in err, err
+    assert len(err.strip().splitlines()) == 1
+    again = agents_runner("isolate", "--runner", "local", "--timeout", "20", *BASH_WORKER,
+                          stdin=stale)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+
+
+def test_bash_shortcut_runs_a_command_and_shows_a_non_zero_exit():
+    done = agents_runner("isolate", "--runner", "local", "--bash", "echo hi; exit 3",
+                         *BASH_WORKER)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    content = json.loads(done.stdout)["output"]["content"]
+    assert (content["stdout"], content["exit_code"]) == ("hi\n", 3)
+    assert "the program exited with status 3" in done.stderr.decode()
+
+
+def test_script_shortcut_picks_the_tool_by_suffix(tmp_path):
+    script = tmp_path / "sum.py"
+    script.write_text("import sys\nprint(sum(map(int, sys.stdin.read().split())))\n")
+    done = agents_runner("isolate", "--runner", "local", "--script", str(script),
+                         "--stdin", "1 2 3", *PYTHON_WORKER)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["output"]["content"]["stdout"] == "6\n"
+    assert done.stderr == b""  # exit 0: no note
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bash", "x", "--python", "y"], "not --bash and --python"),
+        (["--stdin", "x"], "--stdin goes with --bash"),
+        ([], "--runner is required"),
+        (["--bash", "x", "--script", "/nonexistent.sh"], "not --bash and --script"),
+        (["--script", "/nonexistent.sh"], "--script: cannot read /nonexistent.sh"),
+    ],
+)
+def test_shortcut_mistakes_get_one_line(args, message):
+    done = agents_runner("isolate", *args, stdin=saved_request())
+    assert done.returncode == 2
+    assert message in done.stderr.decode(), done.stderr
+    assert len(done.stderr.decode().strip().splitlines()) == 1
+
+
+def test_a_killed_call_keeps_its_output_tail_without_stream():
+    hangs = saved_request(arguments={"script": "echo started; sleep 60"})
+    done = agents_runner(
+        "isolate", "--runner", "local", "--timeout", "3", *BASH_WORKER, stdin=hangs
+    )
+    assert done.returncode == 1
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "WORKER_TIMEOUT" and error["output_tail"] == "started\n"
