@@ -90,7 +90,7 @@ def start(
     """Start a session and print `session-id: ID` (with --step, also run its first step)."""
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
-    with open_sessions(store) as opened:
+    with open_sessions(store, create=True) as opened:
         agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
         with user_errors():
             session = agent.start(text, attachments)

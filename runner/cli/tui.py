@@ -54,7 +54,8 @@ def tui(
         return
     if token is not None:
         fail("--token goes with --server")
-    with open_sessions(store) as opened:
+    # Without an agent file the console only reads and answers: a store must be there.
+    with open_sessions(store, create=chosen is not None) as opened:
         _run(StoreSource(opened, chosen))
 
 
