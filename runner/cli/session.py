@@ -98,7 +98,11 @@ def start(
             if not as_json:
                 typer.echo(f"session-id: {session.id}")
             stepper = stored_agent(opened, session.id, audit=audit)
-            print_report(run_pooled(stepper, pool_size, lambda a: a.step(session.id)), as_json)
+            report = run_pooled(stepper, pool_size, lambda a: a.step(session.id))
+            print_report(report, as_json)
+            if report.status == "failed":  # printed above; a script sees it in the exit code
+                fail(f"session {session.id} failed: {report.session.failure_reason}; fix the"
+                     f" cause, then `session resume {session.id} --retry`", 1)  # fmt: skip
             return
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: typer.echo(f"session-id: {session.id}"))  # fmt: skip
