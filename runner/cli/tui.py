@@ -36,7 +36,7 @@ def tui(
     ] = None,
 ) -> None:
     """The terminal console: every session, its conversation, and the Pending panel to
-    answer (Ctrl+Y) or fail (Ctrl+W) the calls it waits on."""
+    answer (Ctrl+N) or fail (Ctrl+B) the calls it waits on."""
     # Textual and the console are imported only by this command.
     from textual.logging import TextualHandler
 
