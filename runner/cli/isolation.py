@@ -15,7 +15,8 @@ import typer
 from pydantic import ValidationError
 
 from envelopes import codec, wire
-from envelopes.v1 import MAX_REQUEST_BYTES, ToolCallRequest
+from envelopes.bounds import LATEST_VERSION
+from envelopes.v1 import MAX_REQUEST_BYTES, SUPPORTED_VERSIONS, VERSION, ToolCallRequest
 from runner.cli.app import app, fail
 from runner.cli.common import parse_audit_option
 from runner.cli.transfer import print_event, with_files, write_returned
@@ -463,13 +464,29 @@ def describe(
     env: Env = None,
     env_allow: EnvAllow = None,
     runtime: ContainerRuntime = None,
+    version: Annotated[
+        str | None,
+        typer.Option(
+            "--version",
+            help="the DescribeRequest's version (default: 1.1, which"
+            " asks for capabilities, then 1.0 for a worker that refuses 1.1)",
+        ),
+    ] = None,
 ) -> None:
-    """Send a DescribeRequest to a worker and print its DescribeResult."""
+    """Send a DescribeRequest to a worker and print its DescribeResult (at 1.1: with the
+    capabilities it declares, such as files and events)."""
+    if version is not None and version not in SUPPORTED_VERSIONS:
+        fail(f"--version: expected one of {', '.join(SUPPORTED_VERSIONS)}, got {version!r}")
     chosen = build_runner(runner, image, argv, env=env, env_allow=env_allow, runtime=runtime)
 
     async def describe_one() -> DescribeOutcome:
         async with chosen:
-            return await chosen.describe(timeout)
+            if version is not None:
+                return await chosen.describe(timeout, version)
+            outcome = await chosen.describe(timeout, LATEST_VERSION)
+            if outcome.describe is None and outcome.error_code != "WORKER_START_FAILED":
+                return await chosen.describe(timeout, VERSION)  # a 1.0 worker refuses 1.1
+            return outcome
 
     outcome = anyio.run(describe_one)
     if outcome.describe is None:

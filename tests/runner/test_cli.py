@@ -154,3 +154,20 @@ def test_a_killed_call_keeps_its_output_tail_without_stream():
     assert done.returncode == 1
     error = json.loads(done.stdout)["error"]
     assert error["code"] == "WORKER_TIMEOUT" and error["output_tail"] == "started\n"
+
+
+def test_describe_asks_at_1_1_and_shows_the_capabilities():
+    done = agents_runner("describe", "--runner", "local", *BASH_WORKER)
+    assert done.returncode == 0, done.stderr
+    described = json.loads(done.stdout)
+    assert described["version"] == "1.1"
+    assert set(described["capabilities"]) >= {"files", "events"}
+    older = agents_runner("describe", "--runner", "local", "--version", "1.0", *BASH_WORKER)
+    assert json.loads(older.stdout)["version"] == "1.0"
+
+
+def test_describe_of_a_1_0_worker_falls_back_to_1_0():
+    minimal = ["--", "perl", str(REPO / "examples/workers/minimal/worker.pl")]
+    done = agents_runner("describe", "--runner", "local", *minimal)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["supported_versions"] == ["1.0"]
