@@ -3,6 +3,7 @@ errors for bad input (never a traceback)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -171,3 +172,51 @@ def test_describe_of_a_1_0_worker_falls_back_to_1_0():
     done = agents_runner("describe", "--runner", "local", *minimal)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["supported_versions"] == ["1.0"]
+
+
+def all_commands() -> list[list[str]]:
+    import typer.main
+
+    from runner.cli import app
+
+    root = typer.main.get_command(app)
+    found = []
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            found += [[name, sub] for sub in subcommands]
+        else:
+            found.append([name])
+    return found
+
+
+def test_help_texts_are_not_hard_wrapped_and_show_no_bool_metavar():
+    import typer.main
+
+    from runner.cli import app
+
+    root = typer.main.get_command(app)
+    env = {**__import__("os").environ, "COLUMNS": "250"}
+    for path in all_commands():
+        command = root
+        for name in path:
+            command = command.commands[name]  # type: ignore[attr-defined]
+        done = subprocess.run([*CLI, *path, "--help"], capture_output=True, text=True,
+                              cwd=REPO, env=env, timeout=60)  # fmt: skip
+        assert done.returncode == 0, (path, done.stderr)
+        assert "<bool>" not in done.stdout, path
+        assert_reflowed(done.stdout, command.help or "", path)
+
+
+def assert_reflowed(shown: str, help_text: str, path: list[str]) -> None:
+    """The first paragraph of `help_text` is shown reflowed to HELP_WIDTH: every line
+    but its last is full (its next word would not have fit), whatever the source's
+    own line breaks."""
+    from runner.cli.app import HELP_WIDTH
+
+    words = help_text.split("\n\n")[0].split()
+    lines = shown.split("\n\n")[1].splitlines()  # after the usage line
+    assert " ".join(" ".join(lines).split()) == " ".join(words), (path, lines)
+    for line, after in itertools.pairwise(lines):
+        width = len(line) + 1 + len(after.split()[0])
+        assert width > HELP_WIDTH - 2, (path, "a line broken early", line)  # click: -2
