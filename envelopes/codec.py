@@ -8,6 +8,8 @@ message names what was wrong and where, ready to put in an error envelope.
 from __future__ import annotations
 
 import re
+import typing
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -59,16 +61,118 @@ class MalformedOutput(Exception):
     """What a worker sent back is not an acceptable result; the reason says why."""
 
 
-def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
-    """`field.path: problem` for the first few errors, in one line."""
+Loc = tuple[str | int, ...]
+
+
+def _join(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc) or "(document)"
+
+
+def describe_validation_error(
+    exc: ValidationError,
+    limit: int = 3,
+    model: type[BaseModel] | None = None,
+    path: Callable[[Loc], str] = _join,
+) -> str:
+    """`field.path: problem` for the first few errors, in one line. With the `model`
+    validated, a field refused as extra that is a known field one level up, or of a
+    sibling, says where it belongs (`path` writes a location as the reader knows it)."""
     parts = []
     for error in exc.errors()[:limit]:
-        where = ".".join(str(p) for p in error["loc"]) or "(document)"
-        parts.append(f"{where}: {error['msg']}")
+        loc = tuple(error["loc"])
+        text = f"{path(loc)}: {error['msg']}"
+        if model is not None and error["type"] == "extra_forbidden" and loc:
+            found = where_field_belongs(model, loc)
+            if found is not None:
+                owner, label = found
+                place = f"on {path(owner)} ({label})" if owner else f"at the top level ({label})"
+                text += f"; `{loc[-1]}` belongs {place}, not here"
+        parts.append(text)
     more = len(exc.errors()) - limit
     if more > 0:
         parts.append(f"and {more} more")
     return "; ".join(parts)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation may hold: through Annotated, unions, lists and dicts."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _models_in(args[0])
+    if origin is Literal:
+        return []
+    found: list[type[BaseModel]] = []
+    for arg in args:  # a union's members, or a container's items (dict: keys and values)
+        found += [m for m in _models_in(arg) if m not in found]
+    return found
+
+
+def _names(model: type[BaseModel]) -> dict[str, str]:
+    """Each name a document may give a field of `model` (its alias, or its own name),
+    mapped to the name the document should use."""
+    names = {}
+    for name, info in model.model_fields.items():
+        shown = info.alias or name
+        names[name] = names[shown] = shown
+    return names
+
+
+def _branch_names(model: type[BaseModel]) -> set[str]:
+    """What pydantic may put in a location for `model` as one branch of a union: its
+    tag's values (a Literal field with a default), or its class name."""
+    found = {model.__name__}
+    for info in model.model_fields.values():
+        if typing.get_origin(info.annotation) is Literal and info.default is not None:
+            found.update(str(v) for v in typing.get_args(info.annotation))
+    return found
+
+
+def _label(model: type[BaseModel]) -> str:
+    for info in model.model_fields.values():
+        if typing.get_origin(info.annotation) is Literal and isinstance(info.default, str):
+            return info.default
+    return model.__name__
+
+
+def where_field_belongs(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[Loc, str] | None:
+    """For an extra field at `loc` in a document of `model`: the location of the object
+    where a field of that name is known (nearest first: the parent objects, then the
+    siblings' objects), with that object's tag or model name; None if nowhere near."""
+    *route, extra = loc
+    if not isinstance(extra, str):
+        return None
+    frames: list[tuple[Loc, list[type[BaseModel]]]] = [((), [model])]
+    for index, part in enumerate(route):
+        here = tuple(route[: index + 1])
+        models = frames[-1][1]
+        key = str(part) if isinstance(part, str) else None
+        branch = [m for m in models if key is not None and key in _branch_names(m)]
+        owners = [m for m in models if key is not None and key in _names(m)]
+        if owners and key is not None:
+            field = owners[0].model_fields.get(key) or next(
+                info for info in owners[0].model_fields.values() if info.alias == key
+            )
+            frames.append((here, _models_in(field.annotation)))
+        elif branch:
+            frames[-1] = (here, branch)  # a union's branch: the same object, narrowed
+        else:
+            frames[-1] = (here, models)  # a list index or a dict key: the same models
+    inner_prefix, inner = frames.pop()  # the object the field was refused in
+    for prefix, models in reversed(frames):
+        for owner in models:
+            if extra in _names(owner):
+                return prefix, _label(owner)
+    # Then one level down: a field of this object's own objects, or of its siblings'.
+    for prefix, models in ((inner_prefix, inner), frames[-1] if frames else ((), [])):
+        for model_ in models:
+            for name, info in model_.model_fields.items():
+                for child in _models_in(info.annotation):
+                    if child not in inner and extra in _names(child):
+                        return (*prefix, info.alias or name), _label(child)
+    return None
 
 
 def _echo_id(data: dict[str, Any]) -> str | None:
@@ -124,7 +228,7 @@ def decode_request(
     except ValidationError as exc:
         raise RequestError(
             "INVALID_REQUEST",
-            f"invalid {kind}: {describe_validation_error(exc)}",
+            f"invalid {kind}: {describe_validation_error(exc, model=_REQUEST_KINDS[kind])}",
             request_id,
             version,
         ) from None
@@ -160,7 +264,8 @@ def decode_result(data: bytes, request: ToolCallRequest) -> ToolCallResult:
     try:
         result = ToolCallResult.model_validate(doc)
     except ValidationError as exc:
-        raise MalformedOutput(f"invalid ToolCallResult: {describe_validation_error(exc)}") from None
+        why = describe_validation_error(exc, model=ToolCallResult)
+        raise MalformedOutput(f"invalid ToolCallResult: {why}") from None
     if result.id != request.id:
         raise MalformedOutput(f"id: expected the request's {request.id!r}, got {result.id!r}")
     problem = runner_only_problem(result)  # a runner code, or 1.1's error.output_tail
@@ -176,7 +281,8 @@ def decode_describe_result(data: bytes, max_bytes: int) -> DescribeResult:
     try:
         return DescribeResult.model_validate(doc)
     except ValidationError as exc:
-        raise MalformedOutput(f"invalid DescribeResult: {describe_validation_error(exc)}") from None
+        why = describe_validation_error(exc, model=DescribeResult)
+        raise MalformedOutput(f"invalid DescribeResult: {why}") from None
 
 
 def _load_outbound(data: bytes, max_bytes: int, kind: str) -> dict[str, Any]:

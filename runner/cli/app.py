@@ -17,10 +17,17 @@ from envelopes.controls import escape_controls
 #: The level of the library's log lines on stderr (WARNING: retries and recoveries).
 LOG_LEVEL_VARIABLE = "AGENTS_RUNNER_LOG_LEVEL"
 
+#: The widest help text, in columns (narrower terminals get their own width).
+HELP_WIDTH = 120
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help: paragraphs reflowed to the terminal (never the docstrings' own line
+    # breaks), flags without a `<bool>`, and no markup read into `[...]` in help texts.
+    rich_markup_mode=None,
+    context_settings={"max_content_width": HELP_WIDTH},
     help="Run tool calls in isolated workers through the v1 JSON envelope.",
 )
 

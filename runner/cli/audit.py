@@ -29,7 +29,6 @@ from runner.isolation.audit import (
     select,
 )
 from runner.stores import audit_log_of
-from runner.stores.locations import POSTGRES_SCHEMES
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -47,17 +46,6 @@ def parse_time(text: str, option: str) -> int:
         return iso_to_ms(value)
     except ValueError:
         fail(f"{option}: {text!r} is not a time; expected {TIME_FORMS}")
-
-
-def _must_exist(location: str) -> None:
-    """A listing never creates a store: each path in `location` must be there."""
-    for part in location.split(","):
-        scheme, colon, rest = part.strip().partition(":")
-        if scheme in POSTGRES_SCHEMES and rest.startswith("//"):
-            continue
-        path = rest if colon and scheme in ("sqlite", "file") else part.strip()
-        if not Path(path).exists():
-            fail(f"--store: there is no store at {path}")
 
 
 def _print_table(records: list[AuditRecord]) -> None:
@@ -113,8 +101,7 @@ def audit(
         if file is not None:
             records = select(read_audit_file(file), query)
         else:
-            _must_exist(store)
-            with open_sessions(store) as opened, user_errors():
+            with open_sessions(store, create=False) as opened, user_errors():
                 log = audit_log_of(opened)
                 if log is None:
                     fail(f"the {opened.description} keeps no audit log")

@@ -53,8 +53,12 @@ from runner.session.audit import (
 from runner.state import Attachment, now_ms
 from runner.stores import DurableStore, Lease, SessionStore, StoreError, StoreUnavailable
 from runner.stores import open_store as open_location
+from runner.stores.locations import missing_paths
 
+#: The store of every command not given --store or AGENTS_RUNNER_STORE: under the
+#: current directory (so a project keeps its own). Said on stderr whenever it is used.
 DEFAULT_STORE = ".agents-runner/state.db"
+STORE_VARIABLE = "AGENTS_RUNNER_STORE"
 
 log = logging.getLogger("runner.cli")
 #: How long a long-running command (worker, serve) waits for a store that does not answer
@@ -66,7 +70,7 @@ STORE_WAIT_VARIABLE = "AGENTS_RUNNER_STORE_WAIT_SECONDS"
 
 StoreOption = Annotated[
     str,
-    typer.Option("--store", envvar="AGENTS_RUNNER_STORE",
+    typer.Option("--store", envvar=STORE_VARIABLE,
                  help="the store: PATH or sqlite:PATH (SQLite), an existing directory or"
                       " file:DIR (the file store: one command at a time may advance its"
                       " sessions), postgresql://USER@HOST/DB (PostgreSQL: workers on many"
@@ -185,11 +189,40 @@ def user_errors() -> Iterator[None]:
         fail(str(exc), 1)
 
 
+def store_is_default(location: str) -> bool:
+    """Whether a command's store is the default one (given neither by --store nor by
+    AGENTS_RUNNER_STORE, or given as the default's own name)."""
+    return location == DEFAULT_STORE
+
+
+def _missing_store(location: str, missing: list[str]) -> str:
+    """Why a command that needs an existing store refuses `location`, and what to do."""
+    default = store_is_default(location)
+    where = " (the default store: --store LOCATION or AGENTS_RUNNER_STORE names another)"
+    message = (f"there is no store at {missing[0]}{where if default else ''}; nothing was"
+               " created: a command that starts a session (`run`, `session start`)"
+               " creates its store")  # fmt: skip
+    folder = Path(DEFAULT_STORE).parent
+    others = sorted(p.as_posix() for p in folder.glob("*.db")) if default else []
+    if others:
+        message += "; stores here: " + ", ".join(f"--store {name}" for name in others)
+    return message
+
+
 @contextmanager
-def open_sessions(location: str, wait_s: float = 0.0) -> Iterator[SessionStore]:
+def open_sessions(
+    location: str, wait_s: float = 0.0, *, create: bool = False
+) -> Iterator[SessionStore]:
     """The store at `location` for the session commands, closed when the command is done
     with it: a DurableStore, or a file store (then single-process: see the module doc).
-    With `wait_s`, a store whose server does not answer yet is tried again until then."""
+    A store that does not exist is refused (nothing is created) unless `create` (the
+    commands that start sessions, workers and servers). The default store is named on
+    stderr. With `wait_s`, a store whose server does not answer yet is tried again."""
+    if not create and (missing := missing_paths(location)):
+        fail(_missing_store(location, missing))
+    if store_is_default(location):
+        typer.echo(f"agents-runner: store: {location} (the default; --store LOCATION or"
+                   f" {STORE_VARIABLE} names another)", err=True)  # fmt: skip
     with user_errors():
         store = _open_waiting(location, wait_s)
     try:
@@ -234,7 +267,7 @@ def open_store(location: str, purpose: str | None = None) -> Iterator[DurableSto
     purpose = (
         purpose or "a command that advances sessions beside other processes, such as `worker`,"
     )
-    with open_sessions(location, _store_wait_s()) as store:
+    with open_sessions(location, _store_wait_s(), create=True) as store:
         with user_errors():
             durable = require_durable(store, purpose)
         yield durable

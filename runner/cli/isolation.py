@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Annotated
 
@@ -12,8 +13,9 @@ import anyio
 import typer
 from pydantic import ValidationError
 
-from envelopes import codec, controls
-from envelopes.v1 import MAX_REQUEST_BYTES, ToolCallRequest
+from envelopes import codec, controls, wire
+from envelopes.bounds import LATEST_VERSION
+from envelopes.v1 import MAX_REQUEST_BYTES, SUPPORTED_VERSIONS, VERSION, ToolCallRequest
 from runner.cli.app import app, fail
 from runner.cli.common import parse_audit_option
 from runner.cli.transfer import print_event, with_files, write_returned
@@ -26,6 +28,7 @@ from runner.isolation import (
     EngineUnavailable,
     LocalProcessRunner,
     ProcessLimits,
+    WorkerEvent,
     sweep_containers,
 )
 from runner.isolation.audit import (
@@ -165,26 +168,102 @@ def build_runner(
     fail(f"--runner: expected 'local' or 'docker', got {runner!r}")
 
 
-def read_request(
-    path: Path | None, timeout: float | None, max_result: str | None
-) -> ToolCallRequest:
-    where = str(path) if path else "stdin"
+#: The seconds a request without `deadline_ms` (or a shortcut's) gets when no --timeout.
+DEFAULT_TIMEOUT_S = 30.0
+
+#: The result size limit of a shortcut's request (`--bash`, `--python`, `--script`).
+SHORTCUT_MAX_RESULT_BYTES = 1024 * 1024
+
+#: The image each shortcut runs in when neither --runner nor --image is given.
+SHORTCUT_IMAGES = {
+    "bash": "agents-runner/bash-runner:latest",
+    "python": "agents-runner/python-runner:latest",
+}
+#: The argument each runner image's tool takes its source in.
+_SOURCE_ARGUMENT = {"bash": "script", "python": "code"}
+
+
+def shortcut_tool(bash: str | None, python: str | None, script: Path | None) -> str | None:
+    """The tool `--bash`, `--python` or `--script FILE` (.py: python, else bash) asks for."""
+    given = [name for name, value in (("--bash", bash), ("--python", python),
+                                      ("--script", script)) if value is not None]  # fmt: skip
+    if len(given) > 1:
+        fail(f"give one of --bash, --python and --script, not {' and '.join(given)}")
+    if bash is not None:
+        return "bash"
+    if python is not None:
+        return "python"
+    if script is not None:
+        return "python" if script.suffix == ".py" else "bash"
+    return None
+
+
+def shortcut_request(
+    tool: str, source: str | None, script: Path | None, stdin_text: str | None
+) -> bytes:
+    """The request a shortcut stands for, as bytes a file could hold (no deadline yet)."""
+    if script is not None:
+        try:
+            source = script.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--script: cannot read {script}: {getattr(exc, 'strerror', None) or exc}")
+    assert source is not None
+    arguments = {_SOURCE_ARGUMENT[tool]: source}
+    if stdin_text is not None:
+        arguments["stdin"] = stdin_text
+    document = {"kind": "ToolCallRequest", "version": "1.0", "id": f"cli-{uuid.uuid4().hex[:12]}",
+                "tool": {"name": tool}, "arguments": arguments,
+                "limits": {"max_result_bytes": SHORTCUT_MAX_RESULT_BYTES}}  # fmt: skip
+    return wire.dumps(document)
+
+
+def _with_deadline(data: bytes, seconds: float) -> bytes:
+    """`data` with `deadline_ms` set `seconds` from now when a ToolCallRequest lacks it
+    (the envelope requires it: the CLI fills it in); anything else is left as it is, for
+    decode_request to judge."""
     try:
-        data = path.read_bytes() if path else sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
-    except OSError as exc:
-        fail(f"--request: cannot read {where}: {exc.strerror}")
+        doc = wire.loads(data, max_bytes=MAX_REQUEST_BYTES)
+    except wire.WireError:
+        return data
+    if doc.get("kind") != "ToolCallRequest" or "deadline_ms" in doc:
+        return data
+    return wire.dumps({**doc, "deadline_ms": int((time.time() + seconds) * 1000)})
+
+
+def read_request(
+    path: Path | None,
+    timeout: float | None,
+    max_result: str | None,
+    data: bytes | None = None,
+) -> ToolCallRequest:
+    """The request of `data` (a shortcut's), `path` or stdin. Without `deadline_ms` it
+    gets one `timeout` (default 30 s) from now; with one in the past and no --timeout it
+    is refused, saying why (a saved request goes stale: the deadline is absolute)."""
+    where = "the command line" if data is not None else str(path) if path else "stdin"
+    if timeout is not None and timeout <= 0:
+        fail(f"--timeout must be positive, got {timeout}")
+    if data is None:
+        try:
+            data = path.read_bytes() if path else sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+        except OSError as exc:
+            fail(f"--request: cannot read {where}: {exc.strerror}")
+    data = _with_deadline(data, DEFAULT_TIMEOUT_S if timeout is None else timeout)
     try:
         request = codec.decode_request(data)
     except codec.RequestError as exc:
         fail(f"request on {where}: {exc.message}")
     if not isinstance(request, ToolCallRequest):
         fail(f"request on {where}: expected a ToolCallRequest (use `describe` for DescribeRequest)")
+    late_s = time.time() - request.deadline_ms / 1000
+    if timeout is None and late_s >= 0:
+        fail(f"request on {where}: deadline_ms {request.deadline_ms} passed {late_s:.0f} s ago"
+             " (it is absolute, epoch milliseconds, so a saved request goes stale): give"
+             " --timeout SECONDS to set it from now, or leave deadline_ms out"
+             f" ({DEFAULT_TIMEOUT_S:.0f} s)")  # fmt: skip
     if timeout is None and max_result is None:
         return request
     doc = request.to_wire()
     if timeout is not None:
-        if timeout <= 0:
-            fail(f"--timeout must be positive, got {timeout}")
         doc["deadline_ms"] = int((time.time() + timeout) * 1000)
     if max_result is not None:
         doc["limits"]["max_result_bytes"] = parse_size(max_result, "--max-result-bytes")
@@ -192,6 +271,26 @@ def read_request(
         return ToolCallRequest.model_validate(doc)
     except ValidationError as exc:
         fail(f"request after overrides: {codec.describe_validation_error(exc)}")
+
+
+def exit_code_note(outcome: CallOutcome) -> str | None:
+    """A line saying that the program the call ran exited non-zero, when its `ok` result
+    says so (the bash and python runners' `exit_code`): the call itself succeeded, so
+    `isolate` exits 0, and a person reading only the exit status would miss it."""
+    output = outcome.result.output
+    if not outcome.ok or output is None or output.type != "json":
+        return None
+    content = output.content
+    code = content.get("exit_code") if isinstance(content, dict) else None
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        return (f"note: the program exited with status {code} (output.content.exit_code);"
+                " the call itself is ok")  # fmt: skip
+    return None
+
+
+def _quiet(event: WorkerEvent) -> None:
+    """Events asked for without --stream: only so that a killed call keeps the end of
+    what it printed (`error.output_tail`); none is shown."""
 
 
 IsolateAudit = Annotated[
@@ -217,14 +316,43 @@ def _isolate_audit(setting: AuditSetting | None) -> AuditSink | None:
 
 @app.command()
 def isolate(
-    runner: RunnerKind,
+    runner: Annotated[
+        str | None,
+        typer.Option("--runner", help="local or docker (default with --bash, --python or"
+                     " --script: docker)"),
+    ] = None,
     argv: Argv = None,
     image: Image = None,
     request: Annotated[
         Path | None, typer.Option("--request", help="read the request from FILE, not stdin")
     ] = None,
+    bash: Annotated[
+        str | None,
+        typer.Option("--bash", metavar="SCRIPT",
+                     help="run SCRIPT with the bash-runner's `bash` tool, no request needed"
+                          " (default image agents-runner/bash-runner:latest)"),
+    ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option("--python", metavar="CODE",
+                     help="run CODE with the python-runner's `python` tool (default image"
+                          " agents-runner/python-runner:latest)"),
+    ] = None,
+    script: Annotated[
+        Path | None,
+        typer.Option("--script", metavar="FILE",
+                     help="run the script in FILE: as --python when it ends in .py, else"
+                          " as --bash"),
+    ] = None,
+    stdin_text: Annotated[
+        str | None,
+        typer.Option("--stdin", metavar="TEXT", help="with --bash, --python or --script:"
+                     " the program's standard input"),
+    ] = None,
     timeout: Annotated[
-        float | None, typer.Option("--timeout", help="seconds from now; replaces deadline_ms")
+        float | None,
+        typer.Option("--timeout", help="seconds from now: replaces deadline_ms, or sets it"
+                     " when the request has none (default 30)"),
     ] = None,
     max_result_bytes: Annotated[
         str | None, typer.Option("--max-result-bytes", help="replaces limits.max_result_bytes")
@@ -269,20 +397,45 @@ def isolate(
     stream: Annotated[
         bool, typer.Option("--stream", help="print the worker's events live on stderr")
     ] = False,
+    events: Annotated[
+        bool,
+        typer.Option("--events/--no-events",
+                     help="ask a worker that declares `events` for its live output even"
+                          " without --stream, so that a call killed at its deadline or"
+                          " memory limit carries the end of it (error.output_tail); costs"
+                          " one describe first"),
+    ] = True,
 ) -> None:  # fmt: skip
-    """Run one ToolCallRequest (stdin or --request) and print its result envelope.
+    """Run one ToolCallRequest (stdin, --request FILE, or made from --bash, --python or
+    --script) and print its result envelope. A request without deadline_ms gets one
+    --timeout (default 30 s) from now.
 
-    Exit status: 0 for an ok result, 1 for an error result (or a file --out refused),
-    2 for bad input.
+    Exit status: 0 for an ok result (a program that exited non-zero is an ok result
+    with its exit_code: a note on stderr says so), 1 for an error result (or a file
+    --out refused), 2 for bad input.
     """
     sink = _isolate_audit(audit)
+    tool = shortcut_tool(bash, python, script)
+    data: bytes | None = None
+    if tool is not None:
+        if request is not None:
+            fail("--request and --bash/--python/--script: give one")
+        if runner is None and image is None:
+            image = SHORTCUT_IMAGES[tool]
+        data = shortcut_request(tool, bash if bash is not None else python, script, stdin_text)
+    elif stdin_text is not None:
+        fail("--stdin goes with --bash, --python or --script (a request carries its own)")
+    if runner is None:
+        if tool is None:
+            fail("--runner is required: local or docker (or give --bash, --python or --script)")
+        runner = "docker"
     chosen = build_runner(runner, image, argv, memory=memory, cpus=cpus, pids=pids,
                           network=network, tmpfs=tmpfs_size, user=user, env=env,
                           env_allow=env_allow, runtime=runtime, egress_allow=egress_allow,
                           egress_network=egress_network)  # fmt: skip
-    call = with_files(read_request(request, timeout, max_result_bytes), files or [],
+    call = with_files(read_request(request, timeout, max_result_bytes, data), files or [],
                       collect or [], out)  # fmt: skip
-    on_event = print_event if stream else None
+    on_event = print_event if stream else _quiet if events else None
 
     async def run_one() -> CallOutcome:
         async with chosen:
@@ -299,6 +452,8 @@ def isolate(
     if outcome.control_characters:  # intact in the JSON, but escaped, never interpreted
         typer.echo("warning: the worker's output holds control or bidi characters", err=True)
     typer.echo(controls.dumps(document))
+    if (note := exit_code_note(outcome)) is not None:
+        typer.echo(note, err=True)
     all_written = (
         write_returned(outcome, out, collect or [], overwrite) if out is not None else True
     )
@@ -314,13 +469,29 @@ def describe(
     env: Env = None,
     env_allow: EnvAllow = None,
     runtime: ContainerRuntime = None,
+    version: Annotated[
+        str | None,
+        typer.Option(
+            "--version",
+            help="the DescribeRequest's version (default: 1.1, which"
+            " asks for capabilities, then 1.0 for a worker that refuses 1.1)",
+        ),
+    ] = None,
 ) -> None:
-    """Send a DescribeRequest to a worker and print its DescribeResult."""
+    """Send a DescribeRequest to a worker and print its DescribeResult (at 1.1: with the
+    capabilities it declares, such as files and events)."""
+    if version is not None and version not in SUPPORTED_VERSIONS:
+        fail(f"--version: expected one of {', '.join(SUPPORTED_VERSIONS)}, got {version!r}")
     chosen = build_runner(runner, image, argv, env=env, env_allow=env_allow, runtime=runtime)
 
     async def describe_one() -> DescribeOutcome:
         async with chosen:
-            return await chosen.describe(timeout)
+            if version is not None:
+                return await chosen.describe(timeout, version)
+            outcome = await chosen.describe(timeout, LATEST_VERSION)
+            if outcome.describe is None and outcome.error_code != "WORKER_START_FAILED":
+                return await chosen.describe(timeout, VERSION)  # a 1.0 worker refuses 1.1
+            return outcome
 
     outcome = anyio.run(describe_one)
     if outcome.describe is None:

@@ -53,7 +53,7 @@ def run(
     the paused report (session id and continuation tokens) as JSON."""
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
-    with open_sessions(store) as opened:
+    with open_sessions(store, create=True) as opened:
         agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened, audit)
         report = run_pooled(agent, pool_size, lambda pooled: pooled.run(text, attachments))
     document = report.to_dict()

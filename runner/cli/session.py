@@ -93,7 +93,7 @@ def start(
     """Start a session and print `session-id: ID` (with --step, also run its first step)."""
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
-    with open_sessions(store) as opened:
+    with open_sessions(store, create=True) as opened:
         agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
         with user_errors():
             session = agent.start(text, attachments)
@@ -101,7 +101,11 @@ def start(
             if not as_json:
                 echo(f"session-id: {session.id}")
             stepper = stored_agent(opened, session.id, audit=audit)
-            print_report(run_pooled(stepper, pool_size, lambda a: a.step(session.id)), as_json)
+            report = run_pooled(stepper, pool_size, lambda a: a.step(session.id))
+            print_report(report, as_json)
+            if report.status == "failed":  # printed above; a script sees it in the exit code
+                fail(f"session {session.id} failed: {report.session.failure_reason}; fix the"
+                     f" cause, then `session resume {session.id} --retry`", 1)  # fmt: skip
             return
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: echo(f"session-id: {session.id}"))  # fmt: skip

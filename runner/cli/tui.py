@@ -36,7 +36,7 @@ def tui(
     ] = None,
 ) -> None:
     """The terminal console: every session, its conversation, and the Pending panel to
-    answer (Ctrl+Y) or fail (Ctrl+W) the calls it waits on."""
+    answer (Ctrl+N) or fail (Ctrl+B) the calls it waits on."""
     # Textual and the console are imported only by this command.
     from textual.logging import TextualHandler
 
@@ -54,7 +54,8 @@ def tui(
         return
     if token is not None:
         fail("--token goes with --server")
-    with open_sessions(store) as opened:
+    # Without an agent file the console only reads and answers: a store must be there.
+    with open_sessions(store, create=chosen is not None) as opened:
         _run(StoreSource(opened, chosen))
 
 

@@ -20,6 +20,7 @@ a client it was given belongs to the caller. Log lines name the call and the con
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import re
@@ -297,7 +298,7 @@ class DockerRunner(ExchangeRunner):
         ex.runner_info["network"] = network_info(self.limits.network, self.limits.egress)
         started_at = time.monotonic()
         if seconds_until(deadline_ms) <= 0:
-            ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
+            ex.intervention = "expired"
             return ex
         container: Started | None = None
         try:
@@ -338,6 +339,8 @@ class DockerRunner(ExchangeRunner):
         with contextlib.suppress(OSError):  # already shut down by the exchange
             container.sock.shutdown(socket.SHUT_RDWR)
         container.sock.close()
+        if container.stream_file is not None:
+            container.stream_file.close()
         self._remove(container.id)
         if container.gateway is not None:  # after the sandbox: the network is empty now
             container.gateway.close()
@@ -421,7 +424,13 @@ class DockerRunner(ExchangeRunner):
             raise
         logger.debug("call %s: started container %s (role %s)", call_label, container_id[:12],
                      role)  # fmt: skip
-        return Started(container_id, attached._sock, pooled=role == "pool", call=call_label)
+        return Started(
+            container_id,
+            attached._sock,
+            pooled=role == "pool",
+            call=call_label,
+            stream_file=attached if isinstance(attached, io.IOBase) else None,
+        )
 
     def _finish(self, container_id: str, stream: _Stream, ex: Exchange) -> None:
         api = self.api()
@@ -484,6 +493,9 @@ class Started:
     started_at: float = field(default_factory=time.monotonic)
     #: Its egress gateway (internal network and proxy) when the call has a policy.
     gateway: Gateway | None = None
+    #: The SDK's file object over `sock`: closed too, or the socket is only marked
+    #: closed and its descriptor left to the garbage collector (a ResourceWarning).
+    stream_file: io.IOBase | None = None
 
 
 async def _sweep_once(runner: DockerRunner) -> None:

@@ -206,7 +206,7 @@ class LocalProcessRunner(ExchangeRunner):
                                    "runtime": "process"})  # fmt: skip
         started = time.monotonic()
         if seconds_until(deadline_ms) <= 0:
-            ex.intervention, ex.detail = "timeout", "the deadline had passed before the start"
+            ex.intervention = "expired"
             return ex
         workdir = tempfile.mkdtemp(prefix="agents-runner-")
         proc: subprocess.Popen[bytes] | None = None

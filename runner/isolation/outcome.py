@@ -46,7 +46,16 @@ STDERR_TAIL_BYTES = 64 * 1024
 _TAIL_CODES = frozenset({"WORKER_TIMEOUT", "WORKER_OOM", "WORKER_CRASHED"})
 
 #: Why a runner stepped in; None when the worker ran to its own end.
-Intervention = Literal["start_failed", "timeout", "oom", "stdout_too_large", "stderr_too_large"]
+Intervention = Literal[
+    "start_failed", "expired", "timeout", "oom", "stdout_too_large", "stderr_too_large"
+]
+
+#: Why a call whose deadline had passed before it started fails, and why a retry of the
+#: same request cannot help (`deadline_ms` is absolute: the same request fails again).
+EXPIRED_MESSAGE = (
+    "the request's deadline_ms (absolute, epoch milliseconds) had passed before the call"
+    " started; the same request fails again: send it with a deadline in the future"
+)
 
 
 @dataclass
@@ -179,6 +188,8 @@ def _intervention_error(ex: Exchange, limit_hint: str) -> tuple[RunnerErrorCode,
     match ex.intervention:
         case "start_failed":
             return "WORKER_START_FAILED", ex.detail or "the worker could not be started"
+        case "expired":
+            return "WORKER_TIMEOUT", ex.detail or EXPIRED_MESSAGE
         case "timeout":
             return "WORKER_TIMEOUT", ex.detail or "the worker did not finish before the deadline"
         case "oom":
@@ -216,7 +227,10 @@ def call_outcome(
     source: ErrorSource = "runner"  # until a worker's own result is accepted
     intervention = _intervention_error(ex, limit)
     crash = _crash_message(ex, dialect)
-    if intervention is not None:
+    if ex.intervention == "expired" and intervention is not None:  # not retryable: stale
+        result = ToolCallResult.fail(request.id, intervention[0], intervention[1], False,
+                                     request.version)  # fmt: skip
+    elif intervention is not None:
         result = _runner_error(request.id, request.version, *intervention)
     elif crash is not None:
         result = _runner_error(request.id, request.version, "WORKER_CRASHED", crash)

@@ -66,8 +66,13 @@ class OpenAICompatibleLLM(AsyncClosing):
         max_retries: int = 2,
         backoff_s: float = 0.5,
         sleep: Sleep = anyio.sleep,
+        unusable: str | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
+        # Why every request fails before it is sent (a key variable unset), if it does: a
+        # session made with this provider then fails at its first model call, visibly,
+        # with its id, instead of the command failing before or after making it.
+        self.unusable = unusable
         self.model = model
         self.api_key = api_key
         self.timeout_s = timeout_s
@@ -79,13 +84,14 @@ class OpenAICompatibleLLM(AsyncClosing):
 
     @classmethod
     def from_config(cls, config: OpenAIProvider) -> OpenAICompatibleLLM:
-        key = None
+        key, unusable = None, None
         if config.api_key_env:
             key = os.environ.get(config.api_key_env)
             if not key:
-                raise LLMError(f"the API key variable {config.api_key_env} is unset or empty")
+                unusable = (f"the API key variable {config.api_key_env} (the provider's"
+                            " apiKeyEnv) is unset or empty")  # fmt: skip
         return cls(config.base_url, config.model, key, timeout_s=config.timeout_seconds,
-                   max_retries=config.max_retries)  # fmt: skip
+                   max_retries=config.max_retries, unusable=unusable)  # fmt: skip
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -130,6 +136,8 @@ class OpenAICompatibleLLM(AsyncClosing):
         return body
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
+        if self.unusable is not None:
+            raise LLMError(self.unusable)  # not retryable: the same environment fails again
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         body = self.body(request)
         attempts = self.max_retries + 1

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from envelopes.codec import describe_validation_error
 from runner.llm import API_KEY_VARIABLE, ProviderConfig, ScriptedLLM
 from runner.llm import EnvironmentProvider as EnvironmentProvider  # re-exported
 from runner.llm import OpenAIProvider as OpenAIProvider  # re-exported
@@ -185,10 +186,9 @@ _GENERATED = re.compile(r"^(literal\[|function-|constrained-|str$|[A-Z][A-Za-z]+
 
 
 def describe(exc: ValidationError, limit: int = 3) -> str:
-    parts = [f"{error_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors()[:limit]]
-    if len(exc.errors()) > limit:
-        parts.append(f"and {len(exc.errors()) - limit} more")
-    return "; ".join(parts)
+    """The first errors, each at its path in the file; a field in the wrong object says
+    where it belongs (`"attached"` inside a spec: on the runIsolated disposition)."""
+    return describe_validation_error(exc, limit, model=Agent, path=error_path)
 
 
 def parse_agent(document: Any, where: str = "agent") -> Agent:

@@ -58,6 +58,20 @@ def _one(location: str) -> SessionStore:
     )
 
 
+def missing_paths(location: str | Path) -> list[str]:
+    """The files and directories `location` names that do not exist (opening it would
+    create them); a database server's location names none."""
+    missing = []
+    for part in str(location).split(","):
+        scheme, colon, rest = part.strip().partition(":")
+        if scheme in POSTGRES_SCHEMES and rest.startswith("//"):
+            continue
+        path = rest if colon and scheme in ("sqlite", "file") else part.strip()
+        if path and not Path(path).exists():
+            missing.append(path)
+    return missing
+
+
 def _path(location: str, rest: str) -> str:
     if not rest:
         raise StoreError(f"store location {location!r} names no path")

@@ -3,12 +3,14 @@ selected session on the right (header, conversation, the live output of its runn
 calls when they stream any, the Pending panel); the message editor and a status line at
 the bottom; the key bindings in the footer.
 
-Keys as agents-exe's: Ctrl+O moves the selection in the Pending panel, Ctrl+Y answers the
-selected call (the editor says which; Enter sends it with autoResume), Ctrl+W fails it
-after asking why, Escape leaves answer mode. With an agent file, Enter outside answer mode
-starts a new session with the prompt and runs it live. The operator's actions (Ctrl+R
-resume, Ctrl+X cancel, Ctrl+T retry an unknown_outcome call, Ctrl+U un-quarantine) each
-say what they will do and ask first. Every action runs in a worker: the screen stays live.
+Keys (none that a text field uses, so typing in the filter or the editor never triggers
+an action): Ctrl+L puts the cursor in the message editor, Ctrl+F in the filter; Ctrl+O
+moves the selection in the Pending panel, Ctrl+N answers the selected call (the editor
+says which; Enter sends it with autoResume), Ctrl+B fails it after asking why, Escape
+leaves answer mode. With an agent file, Enter outside answer mode starts a new session
+with the prompt and runs it live. The operator's actions (Ctrl+R resume, Ctrl+S cancel,
+Ctrl+T retry an unknown_outcome call, Ctrl+P un-quarantine) each say what they will do
+and ask first. Every action runs in a worker: the screen stays live.
 """
 
 from __future__ import annotations
@@ -58,15 +60,18 @@ CSS = """
 
 class ConsoleScreen(Screen[None]):
     DEFAULT_CSS = CSS
+    # No key a text field uses (Textual's Input and TextArea: Ctrl+A/E/K/U/W/X/Y/Z/D/V/C,
+    # readline's alike): these are priority bindings, taken before the focused field.
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+l", "focus_editor", "message", priority=True),
         Binding("ctrl+o", "next_pending", "next call", priority=True),
-        Binding("ctrl+y", "answer", "answer", priority=True),
-        Binding("ctrl+w", "fail_call", "fail call", priority=True),
+        Binding("ctrl+n", "answer", "answer", priority=True),
+        Binding("ctrl+b", "fail_call", "fail call", priority=True),
         Binding("escape", "leave_answer", "leave answer", show=False),
         Binding("ctrl+r", "resume", "resume", priority=True),
-        Binding("ctrl+x", "cancel_session", "cancel", priority=True),
+        Binding("ctrl+s", "cancel_session", "cancel", priority=True),
         Binding("ctrl+t", "retry_call", "retry", priority=True),
-        Binding("ctrl+u", "unquarantine", "unquarantine", priority=True),
+        Binding("ctrl+p", "unquarantine", "unquarantine", priority=True),
         Binding("ctrl+g", "history", "history", priority=True),
         Binding("ctrl+f", "focus_filter", "filter", priority=True),
         Binding("ctrl+q", "app.quit", "quit", priority=True),
@@ -201,7 +206,7 @@ class ConsoleScreen(Screen[None]):
         if self.pending_token is not None:
             table.move_cursor(row=tokens.index(self.pending_token), animate=False)
         self.query_one("#pending-title", Static).update(
-            f"Pending ({len(tokens)})  Ctrl+O next · Ctrl+Y answer · Ctrl+W fail"
+            f"Pending ({len(tokens)})  Ctrl+O next · Ctrl+N answer · Ctrl+B fail"
         )
         self._live_shown = None  # a new document: draw the panel again
         self.show_live()
@@ -261,6 +266,9 @@ class ConsoleScreen(Screen[None]):
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
 
+    def action_focus_editor(self) -> None:
+        self.query_one("#editor", Input).focus()
+
     def action_history(self) -> None:
         if self.session_id is not None:
             self.full_history.add(self.session_id)
@@ -283,9 +291,9 @@ class ConsoleScreen(Screen[None]):
             text = (f"Answering {call.call_id} ({call.tool}): text, JSON or a UserToolResponse;"
                     " Enter sends with autoResume, Esc leaves")  # fmt: skip
         elif self.source.can_start:
-            text = "Prompt: Enter starts a new session with it and runs it here"
+            text = "Prompt (Ctrl+L): Enter starts a new session with it and runs it here"
         else:
-            text = "Ctrl+O selects a pending call, Ctrl+Y answers it, Ctrl+W fails it"
+            text = "Ctrl+O selects a pending call, Ctrl+N answers it, Ctrl+B fails it"
         label.update(text)
         label.set_class(self.answering is not None, "answering")
 
@@ -307,7 +315,7 @@ class ConsoleScreen(Screen[None]):
             self.act("starting a new session…", lambda: self._start(text),
                      lambda: setattr(editor, "value", ""))  # fmt: skip
         else:
-            self.say("nothing to send: select a pending call (Ctrl+O) and answer it (Ctrl+Y),"
+            self.say("nothing to send: select a pending call (Ctrl+O) and answer it (Ctrl+N),"
                      " or start the console with --agent-file to send prompts",
                      error=True)  # fmt: skip
 
@@ -409,7 +417,7 @@ class ConsoleScreen(Screen[None]):
         if row.status in ("completed", "cancelled"):
             self.say(f"session {sid} is {row.status}: nothing to resume", error=True)
         elif row.status == "quarantined":
-            self.say(f"session {sid} is quarantined: Ctrl+U lets it run again", error=True)
+            self.say(f"session {sid} is quarantined: Ctrl+P lets it run again", error=True)
         elif row.status == "failed":
             self._confirm("Resume", f"Run failed session {sid} again with a fresh model-call"
                           f" budget (session resume --retry); it failed: {row.reason}",

@@ -11,8 +11,11 @@
 #                          runtime argument --network=none, then dockerd reloaded
 #                          (SIGHUP) until `docker info` lists it so. Nothing is done when
 #                          the engine already does. Call it after ensure_docker_engine.
-#   ensure_venv [ROOT]     ROOT/.venv exists and has `pip install -e '.[test]'` of ROOT's
-#                          pyproject.toml (skipped while pyproject.toml is unchanged).
+#   ensure_venv [ROOT] [EXTRAS]
+#                          ROOT/.venv exists and has `pip install -e '.[EXTRAS]'` of ROOT's
+#                          pyproject.toml (EXTRAS default `test`; an empty EXTRAS installs
+#                          the project alone, as scripts/demo does; skipped while
+#                          pyproject.toml is unchanged and EXTRAS were installed).
 #
 # Each returns non-zero with a message on stderr that says what is missing and how to get
 # it; none exits the calling shell nor changes its options.
@@ -239,8 +242,13 @@ ensure_runsc_runtime() {
 
 ensure_venv() {
     local root=${1:-$AGENTS_RUNNER_ROOT}
+    local extras=${2-test}
     local venv=$root/.venv
     local stamp=$venv/.agents-runner-installed
+    local spec=. what="agents-runner"
+    if [ -n "$extras" ]; then
+        spec=".[$extras]" what="agents-runner and its $extras dependencies"
+    fi
 
     if [ ! -x "$venv/bin/python" ]; then
         if ! command -v python3 >/dev/null 2>&1; then
@@ -262,17 +270,21 @@ ensure_venv() {
         fi
     fi
 
+    # The stamp: the pyproject's hash, the interpreter, then the extras installed with them.
     local want have=""
     want="$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1) $("$venv/bin/python" -V 2>&1)"
     [ -f "$stamp" ] && have=$(cat "$stamp")
-    [ "$want" = "$have" ] && return 0
+    [ "$have" = "$want [$extras]" ] && return 0
+    if [ -z "$extras" ]; then  # the project alone: any extras installed with it will do
+        case "$have" in "$want ["*"]") return 0 ;; esac
+    fi
 
-    _ar_say "installing agents-runner and its test dependencies into $venv"
+    _ar_say "installing $what into $venv"
     rm -f "$stamp"
     if ! (cd "$root" && "$venv/bin/python" -m pip install -qq --disable-pip-version-check \
-        -e '.[test]'); then
-        _ar_say "pip install -e '.[test]' failed in $root (see the messages above)"
+        -e "$spec"); then
+        _ar_say "pip install -e '$spec' failed in $root (see the messages above)"
         return 1
     fi
-    printf '%s\n' "$want" >"$stamp"
+    printf '%s\n' "$want [$extras]" >"$stamp"
 }

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -142,3 +144,43 @@ def test_ledger_append_writes_once_per_idempotency_key(
         {"idempotency_key": "k-1", "entry": "pay 42"},
         {"idempotency_key": "k-2", "entry": "pay 7"},
     ]
+
+
+# --- the README's own worker (issue 24, item 8) ------------------------------------------
+
+README = EXAMPLES.parents[1] / "README.md"
+#: The strict checks the README says its shell worker fails, and why (jq's leniency).
+README_WORKER_STRICT_FAILURES = {"request.bom.strict", "request.invalid_utf8.strict",
+                                 "request.duplicate_keys.strict", "request.nan.strict"}  # fmt: skip
+
+
+def readme_section() -> str:
+    text = README.read_text(encoding="utf-8")
+    return text.split("### A worker in any language", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_blocks() -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", readme_section(), re.S)
+
+
+def test_the_readme_worker_passes_every_required_check(tmp_path: Path) -> None:
+    require_program("jq")
+    worker, _try_it = readme_blocks()
+    assert worker.startswith("#!/bin/sh\n")
+    (tmp_path / "worker.sh").write_text(worker, encoding="utf-8")
+    report = run_check(local_runner("/bin/sh", str(tmp_path / "worker.sh")),
+                       {"echo": {"text": "hi"}})  # fmt: skip
+    assert {c.id: c.detail for c in report.failed()} == {}, json.dumps(report.to_dict(), indent=1)
+    # exactly what the README says it leaves out, named there with the reason
+    assert {c.id for c in report.failed_at("strict")} == README_WORKER_STRICT_FAILURES
+    for check in README_WORKER_STRICT_FAILURES:
+        assert f"`{check.removesuffix('.strict')}`" in readme_section()
+
+
+def test_the_readme_try_it_block_runs_as_written() -> None:
+    require_program("jq")
+    _worker, try_it = readme_blocks()
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", try_it], cwd=README.parent,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "all required checks passed" in done.stdout

@@ -41,6 +41,13 @@ def run_block(tmp_path: Path, script: str, env: dict[str, str] | None = None) ->
     return done.stdout
 
 
+def left_behind(directory: Path) -> set[str]:
+    """What a block left in the directory it ran in, beyond what run_block put there and
+    the stores (.agents-runner/, git-ignored)."""
+    return {p.name for p in directory.iterdir()} - {".venv", "examples", "walk.sh",
+                                                     ".agents-runner"}  # fmt: skip
+
+
 def test_the_agent_file_of_the_how_to_loads_as_written() -> None:
     document = json.loads((ROOT / "examples/agents/agents-exe/my-agent.json").read_text())
     assert set(document) == {"slug", "executionMode", "toolCallPolicyConfig"}
@@ -51,6 +58,7 @@ def test_the_agent_file_of_the_how_to_loads_as_written() -> None:
 def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     out = run_block(tmp_path, walkthrough())
     assert re.search(r"^session-id: s-[0-9a-f-]{36}$", out, re.M)
+    assert left_behind(tmp_path) == set()  # no start.txt, result.json, ... in the checkout
     # two deferred calls, listed by `resume` (the turn yielded) and again by `pending`
     assert out.count("disposition: defer (external worker)") == 4
     assert "All three calls are complete." in out

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.docs.test_coming_from_agents_exe import ROOT, run_block
+from tests.docs.test_coming_from_agents_exe import ROOT, left_behind, run_block
 from tests.server.processes import free_port
 
 SECTION = "## The server (`agents-runner serve`)"
@@ -26,7 +26,10 @@ def walkthrough() -> str:
 
 
 def test_the_server_walkthrough_runs_as_written(tmp_path: Path) -> None:
-    out = run_block(tmp_path, CLEANUP + walkthrough(), {"AGENTS_RUNNER_PORT": str(free_port())})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"AGENTS_RUNNER_PORT": str(free_port()), "TMPDIR": str(scratch)}
+    out = run_block(tmp_path, CLEANUP + walkthrough(), env)
     pending = [json.loads(line) for line in out.splitlines() if line.startswith('{"tool"')]
     assert [call["tool"] for call in pending] == ["fetch_remote_a", "fetch_remote_b"]
     # Both continuations applied (the second with resume), then the session's status.
@@ -34,6 +37,8 @@ def test_the_server_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert "All three calls are complete." in out
     assert "- fetch_remote_a: 42" in out and "- fetch_remote_b: 42" in out
     # The token file holds the hash, never the token.
-    (grant,) = json.loads((tmp_path / "tokens.json").read_text())
+    (made,) = scratch.glob("*/tokens.json")  # made in a scratch directory
+    (grant,) = json.loads(made.read_text())
     assert re.fullmatch(r"[0-9a-f]{64}", grant["sha256"]) and grant["role"] == "operator"
     assert (tmp_path / ".agents-runner" / "server.db").is_file()
+    assert left_behind(tmp_path) == {"tmp"}  # nothing in the directory it ran in

@@ -147,8 +147,10 @@ def test_client_errors_and_malformed_replies_are_not_retried(chat_server):
 def test_a_missing_api_key_variable_is_named(monkeypatch):
     monkeypatch.delenv("TEST_LLM_KEY", raising=False)
     config = OpenAIProvider(baseUrl="http://127.0.0.1:9/v1", model="m", apiKeyEnv="TEST_LLM_KEY")
-    with pytest.raises(LLMError, match="TEST_LLM_KEY"):
-        provider_for(config)
+    llm = provider_for(config)  # made: a session with it fails at its first model call
+    with pytest.raises(LLMError, match="TEST_LLM_KEY") as raised:
+        anyio.run(llm.complete, request())
+    assert raised.value.retryable is False
 
 
 def test_provider_for_builds_the_llm_a_provider_section_names(monkeypatch):

@@ -55,6 +55,38 @@ def test_bad_values_name_their_path(change, message):
     assert str(caught.value).startswith("agent file a.json: ")
 
 
+def isolated(disposition: dict) -> dict:
+    return {"toolCallPolicyConfig": {"rules": [{"tool": "bash", "disposition": disposition}]}}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (isolated({"tag": "runIsolated",
+                   "spec": {"tag": "docker", "image": "x", "attached": False}}),
+         "toolCallPolicyConfig.rules[0].disposition.spec.attached: Extra inputs are not"
+         " permitted; `attached` belongs on toolCallPolicyConfig.rules[0].disposition"
+         " (runIsolated), not here"),
+        (isolated({"tag": "runIsolated", "image": "x", "spec": {"tag": "docker", "image": "x"}}),
+         "`image` belongs on toolCallPolicyConfig.rules[0].disposition.spec (docker)"),
+        ({"apiKeyEnv": "KEY"}, "`apiKeyEnv` belongs on provider"),
+        ({"provider": {"tag": "scripted", "responses": [], "maxConcurrency": 2}},
+         "provider.maxConcurrency: Extra inputs are not permitted; `maxConcurrency` belongs"
+         " at the top level"),
+    ],
+)  # fmt: skip
+def test_a_known_field_in_the_wrong_object_says_where_it_belongs(change, message):
+    with pytest.raises(AgentError) as caught:
+        parse_agent({**agent_doc([], []), **change}, "agent file a.json")
+    assert message in str(caught.value)
+
+
+def test_an_unknown_field_gets_no_guess():
+    with pytest.raises(AgentError) as caught:
+        parse_agent({**agent_doc([], []), "colour": "blue"})
+    assert str(caught.value) == "agent: colour: Extra inputs are not permitted"
+
+
 def test_missing_script_and_bad_json_are_clear(tmp_path):
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"slug": "a", "provider": {"tag": "scripted", "script": "s.json"}}))

@@ -1,5 +1,5 @@
 """Answering the calls a session waits on through the keys, as agents-exe's TUI does:
-Ctrl+O selects, Ctrl+Y enters answer mode, Enter sends with autoResume; Ctrl+W fails."""
+Ctrl+O selects, Ctrl+N enters answer mode, Enter sends with autoResume; Ctrl+B fails."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ async def test_answer_both_calls_through_the_keys_resumes_to_the_final_answer(st
         screen = screen_of(app)
         assert screen.session_id == sid
         assert [r.tool for r in screen.pending_rows] == ["fetch_remote_a", "fetch_remote_b"]
-        await pilot.press("ctrl+y")
+        await pilot.press("ctrl+n")
         assert screen.answering is not None and screen.answering.call_id == "call_remote_a"
         assert "Answering call_remote_a" in str(screen.query_one("#editor-label").render())
         await pilot.press(*'{"orders": 12}', "enter")
         await settle(pilot)
         assert screen.answering is None, screen.status_text
         assert [r.tool for r in screen.pending_rows] == ["fetch_remote_b"]
-        await pilot.press("ctrl+y", *"three open tickets", "enter")
+        await pilot.press("ctrl+n", *"three open tickets", "enter")
         await settle(pilot)
         assert "completed" in screen.status_text, screen.status_text
     session = store.load(sid)
@@ -48,7 +48,7 @@ async def test_ctrl_o_moves_the_selection_and_escape_leaves_answer_mode(store):
         assert screen.selected_call().call_id == "call_remote_a"
         await pilot.press("ctrl+o")
         assert screen.selected_call().call_id == "call_remote_b"
-        await pilot.press("ctrl+y")
+        await pilot.press("ctrl+n")
         assert screen.answering.call_id == "call_remote_b"
         await pilot.press("escape")
         assert screen.answering is None
@@ -62,7 +62,7 @@ async def test_ctrl_w_fails_the_selected_call_with_a_reason_and_resumes(store):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = screen_of(app)
-        await pilot.press("ctrl+w")
+        await pilot.press("ctrl+b")
         await pilot.press("enter")  # an empty reason is refused: the question stays
         assert app.screen is not screen
         await pilot.press(*"system A is down", "enter")
@@ -70,7 +70,7 @@ async def test_ctrl_w_fails_the_selected_call_with_a_reason_and_resumes(store):
         assert app.screen is screen
         assert "failed call_remote_a" in screen.status_text, screen.status_text
         assert [r.call_id for r in screen.pending_rows] == ["call_remote_b"]
-        await pilot.press("ctrl+y", *"3 tickets", "enter")
+        await pilot.press("ctrl+n", *"3 tickets", "enter")
         await settle(pilot)
     session = store.load(sid)
     assert session.status == "completed"
@@ -84,7 +84,7 @@ async def test_a_user_tool_response_is_read_as_session_complete_reads_it(store):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = screen_of(app)
-        await pilot.press("ctrl+y", *'{"type": "text"}', "enter")  # no `text`: malformed
+        await pilot.press("ctrl+n", *'{"type": "text"}', "enter")  # no `text`: malformed
         await settle(pilot)
         assert screen.status_text.startswith("error: the answer: not a valid UserToolResponse")
         assert screen.answering is not None  # still answering: fix it and send again
@@ -107,7 +107,7 @@ async def test_answering_a_call_another_process_completed_meanwhile_shows_it(sto
         command = [*CLI, "session", "complete", token, str(answer), "--store", str(store.path)]
         done = await anyio.run_process(command, check=False)  # another process answers it
         assert done.returncode == 0, done.stderr.decode()
-        await pilot.press("ctrl+y", *'{"orders": 2}', "enter")
+        await pilot.press("ctrl+n", *'{"orders": 2}', "enter")
         await settle(pilot)
         assert screen.status_text == (
             "error: call call_remote_a was already completed by someone else with a"
@@ -126,9 +126,9 @@ async def test_a_long_sessions_history_is_loaded_on_demand(store):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = screen_of(app)
-        await pilot.press("ctrl+y", *"a", "enter")
+        await pilot.press("ctrl+n", *"a", "enter")
         await settle(pilot)
-        await pilot.press("ctrl+y", *"b", "enter")
+        await pilot.press("ctrl+n", *"b", "enter")
         await settle(pilot)
         assert screen.document["status"] == "completed"
         assert screen.document["first_turn"] > 0  # only the recent part was read

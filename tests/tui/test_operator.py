@@ -23,18 +23,18 @@ async def test_cancel_asks_first_and_n_leaves_the_session_as_it_is(store):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = screen_of(app)
-        await pilot.press("ctrl+x")
+        await pilot.press("ctrl+s")
         assert question(app) == (f"Cancel session {sid} and its 2 open calls (session cancel)."
                                  " Nothing advances it afterwards.")  # fmt: skip
         await pilot.press("n")
         await settle(pilot)
         assert screen.status_text == "Cancel: left as it is"
         assert store.load(sid).status == "waiting"
-        await pilot.press("ctrl+x", "y")
+        await pilot.press("ctrl+s", "y")
         await settle(pilot)
         assert screen.status_text == f"session {sid} is cancelled"
         assert screen.pending_rows == []
-        await pilot.press("ctrl+x")  # nothing left to cancel: said, not asked
+        await pilot.press("ctrl+s")  # nothing left to cancel: said, not asked
         assert screen.status_text == f"error: session {sid} is cancelled: nothing to cancel"
     assert {c.state for c in store.load(sid).calls.values()} >= {"cancelled"}
 
@@ -94,9 +94,9 @@ async def test_unquarantine_says_why_it_was_quarantined_and_lets_it_run(store):
         await settle(pilot)
         screen = screen_of(app)
         await pilot.press("ctrl+r")  # resume alone does not: it says what does
-        refused = f"error: session {sid} is quarantined: Ctrl+U lets it run again"
+        refused = f"error: session {sid} is quarantined: Ctrl+P lets it run again"
         assert screen.status_text == refused
-        await pilot.press("ctrl+u")
+        await pilot.press("ctrl+p")
         assert "it was quarantined: 3 holders died advancing it" in question(app)
         await pilot.press("y")
         await settle(pilot)
@@ -111,7 +111,7 @@ async def test_a_store_error_is_shown_not_raised(store):
         await settle(pilot)
         screen = screen_of(app)
         store.close()  # every read and write now fails in the store
-        await pilot.press("ctrl+x", "y")
+        await pilot.press("ctrl+s", "y")
         await settle(pilot)
         assert screen.status_text.startswith("error: "), screen.status_text
         assert "Cannot operate on a closed database" in screen.status_text

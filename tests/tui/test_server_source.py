@@ -35,12 +35,12 @@ async def test_answering_both_calls_through_the_server_reaches_the_final_answer(
         screen = screen_of(app)
         assert screen.session_id == sid
         assert screen.rows[sid].conditions == ("waiting",)
-        await pilot.press("ctrl+y", *'{"orders": 12}', "enter")
+        await pilot.press("ctrl+n", *'{"orders": 12}', "enter")
         await settle(pilot)
         assert screen.status_text == "answered the call; session " + sid + " is waiting", (
             screen.status_text
         )
-        await pilot.press("ctrl+y", *"3 tickets", "enter")
+        await pilot.press("ctrl+n", *"3 tickets", "enter")
         await settle(pilot)
         assert screen.status_text.startswith(f"answered the call; session {sid} is completed")
         assert screen.document["status"] == "completed"
@@ -83,7 +83,7 @@ async def test_the_servers_409_for_a_call_completed_meanwhile_is_shown(store, se
         token = screen.selected_call().token
         with served_client(server) as http:
             assert http.post(f"/v1/continuations/{token}", json={"result": "theirs"}).is_success
-        await pilot.press("ctrl+y", *"mine", "enter")
+        await pilot.press("ctrl+n", *"mine", "enter")
         await settle(pilot)
         assert screen.status_text.startswith("error: already completed by someone else: call"
                                              " call_remote_a already ended")  # fmt: skip
@@ -97,7 +97,7 @@ async def test_a_viewer_sees_sessions_but_its_actions_are_refused_in_words(store
         await settle(pilot)
         screen = screen_of(app)
         assert screen.session_id == sid
-        await pilot.press("ctrl+x", "y")
+        await pilot.press("ctrl+s", "y")
         await settle(pilot)
         assert screen.status_text == (
             "error: the viewer token 'viewer' may not do this (403, forbidden)"

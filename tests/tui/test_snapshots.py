@@ -73,12 +73,12 @@ def test_the_pending_panel_of_a_waiting_session(fixed_store, snap_compare):
 
 
 def test_answer_mode_says_which_call_the_editor_answers(fixed_store, snap_compare):
-    keys = ["ctrl+o", "ctrl+y", *'{"open_tickets": 3}']
+    keys = ["ctrl+o", "ctrl+n", *'{"open_tickets": 3}']
     assert snap_compare(console(fixed_store), press=keys, terminal_size=SIZE)
 
 
 def test_cancel_says_what_it_will_do_before_doing_it(fixed_store, snap_compare):
-    assert snap_compare(console(fixed_store), press=["ctrl+x"], terminal_size=SIZE)
+    assert snap_compare(console(fixed_store), press=["ctrl+s"], terminal_size=SIZE)
 
 
 def test_the_list_filtered_by_typing_and_a_completed_session(fixed_store, snap_compare):

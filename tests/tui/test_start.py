@@ -17,7 +17,7 @@ async def test_a_prompt_starts_a_session_that_runs_to_its_deferred_calls(store):
         await settle(pilot)
         screen = screen_of(app)
         assert screen.rows == {}
-        assert "Prompt: Enter starts a new session" in str(
+        assert "Prompt (Ctrl+L): Enter starts a new session" in str(
             screen.query_one("#editor-label").render()
         )
         screen.query_one("#editor").focus()
@@ -30,9 +30,9 @@ async def test_a_prompt_starts_a_session_that_runs_to_its_deferred_calls(store):
         text = "\n".join(line.text for line in screen.query_one("#conversation").lines)
         assert "you  Fetch everything" in text
         assert "fetch_local(call_local)" in text
-        await pilot.press("ctrl+y", *"A", "enter")
+        await pilot.press("ctrl+n", *"A", "enter")
         await settle(pilot)
-        await pilot.press("ctrl+y", *"B", "enter")
+        await pilot.press("ctrl+n", *"B", "enter")
         await settle(pilot)
         assert screen.document["status"] == "completed"
     assert store.load(sid).status == "completed"

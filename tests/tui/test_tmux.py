@@ -73,12 +73,12 @@ def pane(tmp_path: Path) -> Iterator[tuple[Pane, str, Path]]:
 def test_the_real_tui_answers_both_deferred_calls_through_the_keys(pane):
     pane, sid, path = pane
     pane.wait_for("Pending (2)", "fetch_remote_a", "fetch_remote_b")
-    pane.keys("C-y")
+    pane.keys("C-n")
     pane.wait_for("Answering call_remote_a (fetch_remote_a)")
     pane.keys('{"orders": 12}', literal=True)
     pane.keys("Enter")
     pane.wait_for("Pending (1)", "answered call_remote_a")
-    pane.keys("C-y")
+    pane.keys("C-n")
     pane.wait_for("Answering call_remote_b (fetch_remote_b)")
     pane.keys("3 open tickets", literal=True)
     pane.keys("Enter")

@@ -123,6 +123,9 @@ async def test_deadline_already_passed_never_starts_the_worker(tmp_path):
     outcome = await runner.call(make_request(seconds=-1))
     assert outcome.error_code == "WORKER_TIMEOUT"
     assert not marker.exists()
+    # the same request fails again, whoever retries it: not retryable, and it says why
+    assert outcome.result.error.retryable is False
+    assert "deadline_ms (absolute" in outcome.result.error.message
 
 
 async def test_missing_program_is_start_failure():
