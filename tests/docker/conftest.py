@@ -45,19 +45,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.skip(reason="AGENTS_RUNNER_SKIP_DOCKER=1"))
 
 
-@pytest.fixture(scope="session")
-def api() -> docker.APIClient:
+def engine_with(*images: str) -> docker.APIClient:
+    """A client of the running engine once it is seen to hold `images`; the test fails
+    (or skips, with AGENTS_RUNNER_SKIP_DOCKER=1) saying what is missing and how to get it."""
+    if os.environ.get("AGENTS_RUNNER_SKIP_DOCKER") == "1":
+        pytest.skip("AGENTS_RUNNER_SKIP_DOCKER=1")
     try:
         client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
         client.ping()
     except docker.errors.DockerException as exc:
         pytest.fail(f"no Docker engine answers ({exc}); run scripts/test, which starts one")
-    for image in (BASH_IMAGE, PYTHON_IMAGE):
+    for image in images:
         try:
             client.inspect_image(image)
         except docker.errors.ImageNotFound:
             pytest.fail(f"image {image} is missing; run scripts/build-images")
     return client
+
+
+@pytest.fixture(scope="session")
+def api() -> docker.APIClient:
+    return engine_with(BASH_IMAGE, PYTHON_IMAGE)
 
 
 def require_runtime(api: docker.APIClient, runtime: str) -> str:

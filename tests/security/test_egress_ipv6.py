@@ -14,7 +14,6 @@ Only networks this module creates are used (an internal one as the upstream).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
@@ -28,10 +27,10 @@ from runner.isolation import ContainerLimits, DockerRunner, EgressPolicy
 from runner.isolation.containers import LABEL_MANAGED, LABEL_OWNER, LABEL_ROLE, my_owner_token
 from runner.isolation.egress import EGRESS_PROXY_IMAGE, NETWORK_PREFIX, open_gateway
 from tests.conftest import make_request
+from tests.docker.conftest import BASH_IMAGE, engine_with
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
-BASH_IMAGE = "agents-runner/bash-runner:latest"
 NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 
 #: What the sandbox sees: its sysctls, its IPv6 addresses, and whether ::1 can be used.
@@ -54,19 +53,7 @@ print(json.dumps(seen))
 
 @pytest.fixture(scope="module")
 def api() -> docker.APIClient:
-    if os.environ.get("AGENTS_RUNNER_SKIP_DOCKER") == "1":
-        pytest.skip("AGENTS_RUNNER_SKIP_DOCKER=1")
-    try:
-        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no Docker engine answers ({exc}); run scripts/test, which starts one")
-    for image in (BASH_IMAGE, EGRESS_PROXY_IMAGE):
-        try:
-            client.inspect_image(image)
-        except docker.errors.ImageNotFound:
-            pytest.fail(f"image {image} is missing; run scripts/build-images")
-    return client
+    return engine_with(BASH_IMAGE, EGRESS_PROXY_IMAGE)
 
 
 @pytest.fixture(scope="module")

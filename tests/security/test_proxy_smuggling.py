@@ -36,10 +36,10 @@ from docker.types import LogConfig
 from runner.isolation import ContainerLimits, DockerRunner, EgressPolicy
 from runner.isolation.egress import EGRESS_PROXY_IMAGE
 from tests.conftest import make_request
+from tests.docker.conftest import BASH_IMAGE, engine_with
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
-BASH_IMAGE = "agents-runner/bash-runner:latest"
 PROXY_IMAGE = os.environ.get("AGENTS_RUNNER_TEST_PROXY_IMAGE", EGRESS_PROXY_IMAGE)
 ALLOW = ("allowed.test:80", "allowed.test:8000", "allowed.test:443")
 
@@ -132,19 +132,7 @@ class Upstream:
 
 @pytest.fixture(scope="module")
 def api() -> docker.APIClient:
-    if os.environ.get("AGENTS_RUNNER_SKIP_DOCKER") == "1":
-        pytest.skip("AGENTS_RUNNER_SKIP_DOCKER=1")
-    try:
-        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no Docker engine answers ({exc}); run scripts/test, which starts one")
-    for image in (BASH_IMAGE, PROXY_IMAGE):
-        try:
-            client.inspect_image(image)
-        except docker.errors.ImageNotFound:
-            pytest.fail(f"image {image} is missing; run scripts/build-images")
-    return client
+    return engine_with(BASH_IMAGE, PROXY_IMAGE)
 
 
 @pytest.fixture(scope="module")
