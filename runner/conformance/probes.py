@@ -73,6 +73,8 @@ def malformed() -> dict[str, bytes]:
     missing = request("missing-field", POISON_TOOL, {})
     del missing["limits"]
     huge = {**request("huge", POISON_TOOL, {}), "id": "x" * HUGE_STRING_BYTES}
+    # Section 3.1: the extensions' namespace is closed (9.1: a key without `vendor.domain/`).
+    bad_key = request("extension-key", POISON_TOOL, {}, extensions={"NoNamespace": True})
     return {
         "request.empty": b"",
         "request.truncated": valid[: len(valid) // 2],
@@ -85,6 +87,7 @@ def malformed() -> dict[str, bytes]:
         "request.deep_nesting": valid[:-1] + b',"x":' + deep + b"}",
         "request.huge_string": encode(huge),
         "request.missing_field": encode(missing),
+        "request.extension_key": encode(bad_key),
     }
 
 

@@ -29,7 +29,8 @@ LANGUAGES = ("bash", "python", "node", "go")
 NODE_1_1 = "node-files"
 GRAMMAR = ("leading_zero", "major_only", "number", "kind_first")
 MALFORMED = ("empty", "truncated", "bom", "invalid_utf8", "duplicate_keys", "nan",
-             "lone_surrogate", "deep_nesting", "huge_string", "missing_field")  # fmt: skip
+             "lone_surrogate", "deep_nesting", "huge_string", "missing_field",
+             "extension_key")  # fmt: skip
 
 
 def local_argv(language: str, request: pytest.FixtureRequest) -> list[str]:
@@ -89,6 +90,7 @@ def test_the_example_exercises_the_whole_battery(example_report: Report) -> None
         "request.deep_nesting",
         "request.huge_string",
         "request.missing_field",
+        "request.extension_key",
         *(f"request.{probe}.strict" for probe in MALFORMED),
         "request.unknown_fields",
         "tool.unknown",

@@ -104,6 +104,11 @@ def problem:
   elif (.context | type) as $c | $c != "null" and $c != "object" then "context: expected an object"
   elif (.context.idempotency_key | type) as $k | $k != "null" and $k != "string"
     then "context.idempotency_key: expected a string"
+  elif (.extensions | type) as $e | $e != "null" and $e != "object"
+    then "extensions: expected an object"
+  elif [.extensions // {} | keys[] | select(length > 1024 or
+         (test("^[a-z][a-z0-9-]*(\\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$") | not))] | length > 0
+    then "extensions: a key that is not vendor.domain/name"
   else null end;
 def argument_problem($schema):
   ($schema.properties | keys[0]) as $name

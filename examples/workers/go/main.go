@@ -41,7 +41,8 @@ var (
 	toolName  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
 	verbose   = os.Getenv("AGENTS_RUNNER_LOG_LEVEL") == "debug"
 
-	// Section 8.1: no leading zeros; a string that is not a version is INVALID_REQUEST.
+	// Section 3.1: extension keys; section 8.1: no leading zeros in a version.
+	extensionKey   = regexp.MustCompile(`^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 	versionPattern = regexp.MustCompile(`^(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})$`)
 )
 
@@ -267,6 +268,7 @@ type request struct {
 	Context *struct {
 		IdempotencyKey string `json:"idempotency_key"`
 	} `json:"context"`
+	Extensions map[string]json.RawMessage `json:"extensions"`
 }
 
 type tool struct {
@@ -354,6 +356,12 @@ func checkRequest(req *request) *refusal {
 		return bad("limits.max_result_bytes: expected an integer in 1..67108864")
 	case req.Context != nil && len(req.Context.IdempotencyKey) > 256*4:
 		return bad("context.idempotency_key: longer than 256 characters")
+	}
+	// Section 3.1: the extensions' namespace is closed, their content open.
+	for key := range req.Extensions {
+		if len(key) > 1024 || !extensionKey.MatchString(key) {
+			return bad(fmt.Sprintf("extensions: key %q is not vendor.domain/name", truncate(key, 64)))
+		}
 	}
 	return nil
 }

@@ -64,6 +64,10 @@ if ($kind eq 'DescribeRequest') {
 }
 
 refuse($id, 'INVALID_REQUEST', 'id: missing') if $id eq '-';
+# Section 3.1: extension keys are vendor.domain/name, whatever their value.
+refuse($id, 'INVALID_REQUEST', 'extensions: a key that is not vendor.domain/name')
+    if ref $req->{extensions} eq 'HASH'
+    && grep { !m{^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\z} } keys %{ $req->{extensions} };
 my $tool = ref $req->{tool} eq 'HASH' ? $req->{tool}{name} // '' : '';
 refuse($id, 'UNKNOWN_TOOL', 'no such tool; this worker has: echo') unless $tool eq 'echo';
 my $arguments = $req->{arguments};

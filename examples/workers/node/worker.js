@@ -20,6 +20,7 @@ const MAX_DEPTH = 64;
 const VERSION = /^(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})$/;
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 const TOOL_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,63}$/;
+const EXTENSION_KEY = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*\/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const VERBOSE = process.env.AGENTS_RUNNER_LOG_LEVEL === 'debug';
 
@@ -144,6 +145,13 @@ function checkRequest(doc) {
     const key = doc.context.idempotency_key;
     if (key !== undefined && key !== null && (typeof key !== 'string' || key.length > 256)) {
       bad('context.idempotency_key: expected a string of at most 256 characters');
+    }
+  }
+  if (doc.extensions !== undefined && doc.extensions !== null) {
+    // Section 3.1: the namespace is closed, the content open.
+    if (!isObject(doc.extensions)) bad('extensions: expected an object');
+    for (const key of Object.keys(doc.extensions)) {
+      if (key.length > 1024 || !EXTENSION_KEY.test(key)) bad(`extensions: key ${JSON.stringify(key.slice(0, 64))} is not vendor.domain/name`);
     }
   }
 }
