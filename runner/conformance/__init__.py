@@ -97,6 +97,7 @@ async def check_worker(
             group.start_soon(battery.unknown_fields, _with_fixture(tools, fixtures))
             group.start_soon(battery.bad_arguments, tools[0])
             group.start_soon(battery.deadline, _with_fixture(tools, fixtures))
+            group.start_soon(battery.critical, _with_fixture(tools, fixtures))
             group.start_soon(capabilities.files, battery, _with_fixture(tools, fixtures))
             group.start_soon(capabilities.events, battery, _with_fixture(tools, fixtures))
     for tool in tools:
@@ -108,7 +109,7 @@ async def check_worker(
 
 
 _ORDER = ("describe", "schema", "call", "echo", "limit", "version", "request", "tool",
-          "arguments", "secrets", "deadline", "files", "events", "stdout", "exit_code",
+          "arguments", "secrets", "deadline", "critical", "files", "events", "stdout", "exit_code",
           "output")  # fmt: skip
 
 

@@ -19,7 +19,13 @@ from pydantic import ValidationError
 from envelopes import wire
 from envelopes.codec import describe_validation_error
 from envelopes.controls import has_control_characters
-from envelopes.v1 import RUNNER_ERROR_CODES, DescribeResult, ToolCallResult, ToolDescription
+from envelopes.v1 import (
+    RUNNER_ERROR_CODES,
+    DescribeResult,
+    ToolCallResult,
+    ToolDescription,
+    highest_version,
+)
 from runner.conformance import probes
 from runner.conformance.lint import lint_schema
 from runner.conformance.report import Level, Report
@@ -120,6 +126,13 @@ class Battery:
         self.answers: list[Answer] = []
         #: The 1.1 capabilities the worker declares (capabilities.negotiate sets them).
         self.declared: frozenset[str] = frozenset()
+        #: The versions the worker lists (describe sets them).
+        self.supported: list[str] = ["1.0"]
+
+    @property
+    def highest(self) -> str:
+        """The version a refusal of an unreadable or unspoken request carries (section 8.2)."""
+        return highest_version(self.supported)
 
     async def send(self, label: str, payload: bytes) -> Answer:
         async with self.limiter:
@@ -138,6 +151,7 @@ class Battery:
             self.report.add("describe.valid", "fail", f"{outcome.error_code}: {outcome.message}")
             return None
         described = outcome.describe
+        self.supported = list(described.supported_versions)
         names = ", ".join(t.name for t in described.tools) or "none"
         self.report.add(
             "describe.valid",
@@ -241,24 +255,96 @@ class Battery:
             error = answer.result.error if answer.result else None
             if error is not None and error.code == "UNSUPPORTED_VERSION":
                 missing = [v for v in supported if v not in error.message]
-                if missing:
+                wrong = answer.result.version if answer.result else None
+                if missing or wrong != self.highest:
                     self.report.checks.pop()
                     self.report.add(
                         check_id,
                         "fail",
                         f"the message does not list the supported {missing}:"
-                        f" {error.message[:120]!r}",
+                        f" {error.message[:120]!r}"
+                        if missing
+                        # R16: the answer cannot be in the version it does not speak.
+                        else f"UNSUPPORTED_VERSION in version {wrong!r}, not the worker's"
+                        f" highest {self.highest!r}",
                     )
 
     async def malformed(self) -> None:
+        """The malformed requests of section 1.1 and rules 2 and 3 of section 8.1; then
+        the version and id their refusals carry (section 8.2, `strict`)."""
+        answers: dict[str, Answer] = {}
+
         async def one(check_id: str, payload: bytes) -> None:
-            answer = await self.send(check_id, payload)
+            answer = answers[check_id] = await self.send(check_id, payload)
             self.expect_refusal(check_id, answer)
             self.expect_error(f"{check_id}.strict", answer, "INVALID_REQUEST", None, "strict")
 
         async with anyio.create_task_group() as group:
-            for check_id, payload in probes.malformed().items():
+            for check_id, payload in {**probes.malformed(), **probes.version_grammar()}.items():
                 group.start_soon(one, check_id, payload)
+        self._refusal_envelopes(answers)
+
+    def _refusal_envelopes(self, answers: dict[str, Answer]) -> None:
+        enveloped = {i: a.result for i, a in sorted(answers.items()) if a.result is not None}
+        wrong_version = [
+            f"{i}: {r.version!r}"
+            for i, r in enveloped.items()
+            if i in probes.REFUSED_BEFORE_VERSION and r.version != self.highest
+        ]
+        self.report.add(
+            "version.refusal",
+            "fail" if wrong_version else "pass",
+            f"expected the worker's highest version {self.highest!r}: "
+            + "; ".join(wrong_version[:3])
+            if wrong_version
+            else f"{len(enveloped)} refusals in the worker's highest version {self.highest!r}",
+            "strict",
+        )
+        wrong_id = [
+            f"{i}: {r.id[:40]!r}"
+            for i, r in enveloped.items()
+            if i in probes.NO_VALID_ID and r.id != probes.RESERVED_ID
+        ]
+        self.report.add(
+            "request.reserved_id",
+            "fail" if wrong_id else "pass",
+            f"expected the reserved id {probes.RESERVED_ID!r}: " + "; ".join(wrong_id[:3])
+            if wrong_id
+            else f"refusals of requests without a valid id carry {probes.RESERVED_ID!r}",
+            "strict",
+        )
+
+    async def critical(self, tool: ToolDescription) -> None:
+        """`critical` (section 3.1, R7), for a worker that lists 1.1: what it names and
+        the worker does not implement is refused with INVALID_REQUEST, what it
+        implements runs."""
+        if probes.V1_1 not in self.supported:
+            self.report.add("critical", "skip", "the worker does not list 1.1")
+            return
+        if tool.name not in self.fixtures:
+            self.report.add("critical", "skip", f"no fixture for {tool.name!r} (--fixture FILE)")
+            return
+        arguments = self.fixtures[tool.name]
+
+        async def one(check_id: str, extra: dict[str, Any]) -> None:
+            document = probes.request(check_id, tool.name, arguments, version=probes.V1_1, **extra)
+            answer = await self.send(check_id, probes.encode(document))
+            if check_id != "critical.understood":
+                self.expect_error(check_id, answer, "INVALID_REQUEST", document["id"])
+                return
+            ok = answer.result is not None and answer.result.status == "ok"
+            self.report.add(
+                check_id,
+                "pass" if ok else "fail",
+                "a critical list naming what it implements is accepted"
+                if ok
+                else f"expected status ok, got {answer.said()}",
+            )
+
+        async with anyio.create_task_group() as group:
+            cases = {**probes.CRITICAL_REFUSED, "critical.understood": probes.CRITICAL_UNDERSTOOD}
+            for check_id, extra in cases.items():
+                group.start_soon(one, check_id, extra)
 
     async def unknown_fields(self, tool: ToolDescription) -> None:
         check_id = "request.unknown_fields"

@@ -115,6 +115,14 @@ async def files(battery: Battery, tool: ToolDescription) -> None:
     )  # fmt: skip
     _judge_roundtrip(battery, await battery.send("files.roundtrip", probes.encode(document)),
                      expected)  # fmt: skip
+    # Section 9.1: a trailing `**` matches files, at any depth.
+    sent, expected = probes.roundtrip_files(f"{nonce}-globstar")
+    document = probes.request(
+        "files.trailing_globstar", tool.name, arguments, version=probes.V1_1, files=sent,
+        collect={"patterns": probes.TRAILING_GLOBSTAR_PATTERNS},
+    )  # fmt: skip
+    answer = await battery.send("files.trailing_globstar", probes.encode(document))
+    _judge_roundtrip(battery, answer, expected, "files.trailing_globstar")
 
     async def hostile(check_id: str, extra: dict[str, Any]) -> None:
         document = probes.request(check_id, tool.name, arguments, version=probes.V1_1, **extra)
@@ -127,8 +135,12 @@ async def files(battery: Battery, tool: ToolDescription) -> None:
             group.start_soon(hostile, check_id, extra)
 
 
-def _judge_roundtrip(battery: Battery, answer: Answer, expected: dict[str, bytes]) -> None:
-    check_id = "files.roundtrip"
+def _judge_roundtrip(
+    battery: Battery,
+    answer: Answer,
+    expected: dict[str, bytes],
+    check_id: str = "files.roundtrip",
+) -> None:
     result = answer.result
     if result is None or result.status != "ok" or result.output is None:
         battery.report.add(check_id, "fail", f"expected status ok, got {answer.said()}")

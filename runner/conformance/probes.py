@@ -73,6 +73,8 @@ def malformed() -> dict[str, bytes]:
     missing = request("missing-field", POISON_TOOL, {})
     del missing["limits"]
     huge = {**request("huge", POISON_TOOL, {}), "id": "x" * HUGE_STRING_BYTES}
+    # Section 3.1: the extensions' namespace is closed (9.1: a key without `vendor.domain/`).
+    bad_key = request("extension-key", POISON_TOOL, {}, extensions={"NoNamespace": True})
     return {
         "request.empty": b"",
         "request.truncated": valid[: len(valid) // 2],
@@ -85,6 +87,7 @@ def malformed() -> dict[str, bytes]:
         "request.deep_nesting": valid[:-1] + b',"x":' + deep + b"}",
         "request.huge_string": encode(huge),
         "request.missing_field": encode(missing),
+        "request.extension_key": encode(bad_key),
     }
 
 
@@ -149,3 +152,69 @@ HOSTILE_FILES: dict[str, dict[str, Any]] = {
 
 #: The budget the events probe asks for: small, so that a worker that ignores it shows.
 EVENTS_BUDGET = {"max_per_second": 10, "max_bytes": 4096}
+
+#: The patterns of the trailing-`**` probe (section 9.1): `worker-check/**` alone must
+#: return every file under `worker-check`, at any depth.
+TRAILING_GLOBSTAR_PATTERNS = ["worker-check/**"]
+
+
+# --- versions: rules 2 and 3 of section 8.1 --------------------------------------------
+
+#: Probe id -> (kind, version) of a request refused by rule 2 or 3 of section 8.1, before
+#: its version is looked up: a worker answers an error (required), exactly INVALID_REQUEST
+#: (strict). `kind_first` has an unsupported version too: the kind is checked first.
+VERSION_GRAMMAR: dict[str, tuple[str, Any]] = {
+    "version.leading_zero": ("ToolCallRequest", "1.01"),
+    "version.major_only": ("ToolCallRequest", "2"),
+    "version.number": ("ToolCallRequest", 1.0),
+    "version.kind_first": ("ToolCallResponse", "2.0"),
+}
+
+
+def version_grammar() -> dict[str, bytes]:
+    """Probe id -> payload (calls of the poison tool, so a lenient worker still refuses)."""
+    payloads = {}
+    for check_id, (kind, version) in VERSION_GRAMMAR.items():
+        document = request(check_id.replace(".", "-"), POISON_TOOL, {})
+        payloads[check_id] = encode({**document, "kind": kind, "version": version})
+    return payloads
+
+
+#: The malformed probes whose request has no id a worker can read: their answers carry
+#: the reserved id "-" (section 8.2). `missing_field` has a valid id, which is echoed.
+NO_VALID_ID = frozenset(
+    f"request.{name}"
+    for name in ("empty", "truncated", "bom", "invalid_utf8", "duplicate_keys", "nan",
+                 "lone_surrogate", "deep_nesting", "huge_string")
+)  # fmt: skip
+#: The probes refused by rules 1 to 3 of section 8.1, before any version is read: their
+#: answers carry the worker's highest version (section 8.2). `huge_string` and
+#: `missing_field` are acceptable JSON of a spoken version, refused by rule 5: echoed.
+REFUSED_BEFORE_VERSION = (NO_VALID_ID - {"request.huge_string"}) | frozenset(VERSION_GRAMMAR)
+#: The reserved id (section 8.2), which the id pattern refuses.
+RESERVED_ID = "-"
+
+
+# --- critical: must-understand (section 3.1) -------------------------------------------
+
+#: An extension key no worker implements.
+UNKNOWN_EXTENSION = "worker-check.example/must-understand"
+
+#: Probe id -> members added to a 1.1 fixture call that a 1.1 worker MUST refuse with
+#: INVALID_REQUEST (R7): `critical` naming a member it does not implement, an extension
+#: it does not implement, a member the request does not carry, or a name twice.
+CRITICAL_REFUSED: dict[str, dict[str, Any]] = {
+    "critical.unknown": {
+        "x_worker_check_future": {"added_in": "1.9"},
+        "critical": ["x_worker_check_future"],
+    },
+    "critical.unknown_extension": {
+        "extensions": {UNKNOWN_EXTENSION: True},
+        "critical": [UNKNOWN_EXTENSION],
+    },
+    "critical.absent": {"critical": ["events"]},
+    "critical.duplicate": {"critical": ["context", "context"]},
+}
+#: A `critical` naming only a 1.0 member the request carries: every worker implements it,
+#: so the call runs (a worker that refused every `critical` could not take `files`).
+CRITICAL_UNDERSTOOD: dict[str, Any] = {"critical": ["context"]}

@@ -32,7 +32,12 @@ def test_logs_on_stdout_fail_stdout_pure(fixtures: dict) -> None:
 
 def test_ignoring_the_version_fails_the_version_checks(fixtures: dict) -> None:
     report = check_broken("ignores_version", fixtures)
-    assert {c.id for c in report.failed()} == {"version.2.0", "version.0.9", "version.1.999"}
+    # Read as 1.0, a 1.1 request's `critical` is ignored (must-ignore): the critical
+    # probes catch it too.
+    critical = {"critical.unknown", "critical.unknown_extension", "critical.absent",
+                "critical.duplicate"}  # fmt: skip
+    assert {c.id for c in report.failed()} == {"version.2.0", "version.0.9", "version.1.999",
+                                               *critical}  # fmt: skip
     assert "expected UNSUPPORTED_VERSION, got status ok" in report.by_id()["version.2.0"].detail
 
 

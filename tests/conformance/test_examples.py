@@ -1,5 +1,6 @@
 """The four example workers pass worker-check, `strict` level included, through both runners
-(eight runs), and their `ledger_append` writes once per idempotency key."""
+(eight runs), as does the worked 1.1 worker in Node.js (node-files, local), and their
+`ledger_append` writes once per idempotency key."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 from envelopes.v1 import CallContext, RequestLimits, ToolCallRequest, ToolRef
-from runner.conformance import Report
+from runner.conformance import Report, probes
 from runner.isolation import LocalProcessRunner
 from tests.conformance.conftest import (
     EXAMPLES,
@@ -26,8 +27,12 @@ from tests.conformance.conftest import (
 )
 
 LANGUAGES = ("bash", "python", "node", "go")
+#: The worked 1.1 worker (files, collect, events, critical) written from the spec, local only.
+NODE_1_1 = "node-files"
+GRAMMAR = ("leading_zero", "major_only", "number", "kind_first")
 MALFORMED = ("empty", "truncated", "bom", "invalid_utf8", "duplicate_keys", "nan",
-             "lone_surrogate", "deep_nesting", "huge_string", "missing_field")  # fmt: skip
+             "lone_surrogate", "deep_nesting", "huge_string", "missing_field",
+             "extension_key")  # fmt: skip
 
 
 def local_argv(language: str, request: pytest.FixtureRequest) -> list[str]:
@@ -36,14 +41,14 @@ def local_argv(language: str, request: pytest.FixtureRequest) -> list[str]:
         return ["/bin/bash", str(EXAMPLES / "bash" / "worker.sh")]
     if language == "python":
         return [PYTHON, str(EXAMPLES / "python" / "worker.py")]
-    if language == "node":
-        return [require_program("node"), str(EXAMPLES / "node" / "worker.js")]
+    if language in ("node", NODE_1_1):
+        return [require_program("node"), str(EXAMPLES / language / "worker.js")]
     return [str(request.getfixturevalue("go_binary"))]
 
 
 @pytest.fixture(
     scope="module",
-    params=[(lang, r) for lang in LANGUAGES for r in ("local", "docker")],
+    params=[(lang, r) for lang in LANGUAGES for r in ("local", "docker")] + [(NODE_1_1, "local")],
     ids=lambda p: f"{p[0]}-{p[1]}",
 )
 def example_report(request: pytest.FixtureRequest, fixtures: dict) -> Report:
@@ -74,6 +79,9 @@ def test_the_example_exercises_the_whole_battery(example_report: Report) -> None
         "version.2.0",
         "version.0.9",
         "version.1.999",
+        *(f"version.{probe}{suffix}" for probe in GRAMMAR for suffix in ("", ".strict")),
+        "version.refusal",
+        "request.reserved_id",
         "request.empty",
         "request.truncated",
         "request.bom",
@@ -84,6 +92,7 @@ def test_the_example_exercises_the_whole_battery(example_report: Report) -> None
         "request.deep_nesting",
         "request.huge_string",
         "request.missing_field",
+        "request.extension_key",
         *(f"request.{probe}.strict" for probe in MALFORMED),
         "request.unknown_fields",
         "tool.unknown",
@@ -98,17 +107,23 @@ def test_the_example_exercises_the_whole_battery(example_report: Report) -> None
     assert {i: checks[i].status for i in expected if i in checks} == dict.fromkeys(expected, "pass")
     assert {checks[f"request.{probe}.strict"].level for probe in MALFORMED} == {"strict"}
     assert checks["request.bom"].level == "required"
+    assert checks["version.refusal"].level == checks["request.reserved_id"].level == "strict"
 
 
 def test_the_sdk_example_is_checked_at_1_1_and_the_others_stay_1_0(example_report: Report) -> None:
     checks = example_report.by_id()
-    if checks["describe.valid"].detail.startswith("example-python "):  # on the SDK
+    worker = checks["describe.valid"].detail.split()[0]
+    if worker in ("example-python", "example-node-files"):  # the SDK, and the worked 1.1 one
         assert checks["describe.capabilities"].detail == "1.1; capabilities: events, files"
-        assert checks["files.roundtrip"].status == "pass"
-        assert checks["files.parent_of_other.strict"].status == "pass"
-    else:  # written by hand for 1.0, unchanged: the 1.1 checks are skipped
+        one_one = ["files.roundtrip", "files.trailing_globstar", "files.parent_of_other.strict",
+                   "events.framing", "events.budget", *probes.CRITICAL_REFUSED,
+                   "critical.understood"]  # fmt: skip
+        assert {i: checks[i].status for i in one_one} == dict.fromkeys(one_one, "pass")
+        assert {checks[i].level for i in probes.CRITICAL_REFUSED} == {"required"}
+    else:  # written by hand for 1.0: the 1.1 checks are skipped
         assert "a 1.0 worker" in checks["describe.capabilities"].detail
-        assert (checks["files"].status, checks["events"].status) == ("skip", "skip")
+        skipped = [checks[i].status for i in ("files", "events", "critical")]
+        assert skipped == ["skip"] * 3
 
 
 def ledger_call(key: str, entry: str, call_id: str) -> ToolCallRequest:
@@ -122,7 +137,7 @@ def ledger_call(key: str, entry: str, call_id: str) -> ToolCallRequest:
     )
 
 
-@pytest.mark.parametrize("language", LANGUAGES)
+@pytest.mark.parametrize("language", [*LANGUAGES, NODE_1_1])
 def test_ledger_append_writes_once_per_idempotency_key(
     language: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -17,9 +17,11 @@ from tests.conformance.test_cli import worker_check
 WORKER = EXAMPLES / "minimal" / "worker.pl"
 #: What JSON::PP and the worker's own checks let through, each answered with an error
 #: (so never `ok`) but not INVALID_REQUEST: duplicate keys (JSON::PP keeps the last one),
-#: a 2 MiB id and a missing `limits` (the worker checks neither).
+#: a 2 MiB id and a missing `limits` (the worker checks neither); and the id it read from
+#: duplicate keys, echoed where an unreadable request's answer carries the reserved "-".
 STRICT_FAILURES = {
     "request.duplicate_keys.strict",
+    "request.reserved_id",
     "request.huge_string.strict",
     "request.missing_field.strict",
 }
@@ -50,11 +52,13 @@ def test_it_fails_the_strict_checks_its_lenient_parser_misses(report: Report) ->
     assert not report.strict_ok
     checks = report.by_id()
     # The same probes pass at the required level: refused, promptly, never `ok`.
-    for check_id in STRICT_FAILURES:
+    for check_id in STRICT_FAILURES - {"request.reserved_id"}:
         required = checks[check_id.removesuffix(".strict")]
         assert (required.status, required.level) == ("pass", "required"), required
         assert checks[check_id].level == "strict"
     assert "UNKNOWN_TOOL" in checks["request.duplicate_keys.strict"].detail
+    assert checks["request.reserved_id"].level == "strict"
+    assert "request.duplicate_keys: 'wc-malformed'" in checks["request.reserved_id"].detail
     # What JSON::PP itself refuses passes strict too.
     for probe in ("bom", "invalid_utf8", "nan", "lone_surrogate", "deep_nesting"):
         assert checks[f"request.{probe}.strict"].status == "pass", probe
@@ -84,5 +88,5 @@ def test_the_table_shows_levels_and_what_strict_would_fail() -> None:
     done = worker_check("--runner", "local", "--fixture", str(FIXTURES), "--", *perl_argv())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "level" in done.stdout and "strict" in done.stdout and "advisory" in done.stdout
-    assert "3 strict check(s) failed (counted with --strict)" in done.stdout
+    assert "4 strict check(s) failed (counted with --strict)" in done.stdout
     assert "all required checks passed" in done.stdout

@@ -19,9 +19,10 @@ log() {
     if [ "${AGENTS_RUNNER_LOG_LEVEL:-}" = debug ]; then printf 'example-bash: %s\n' "$*" >&2; fi
 }
 
-# refuse CODE MESSAGE [ID] [VERSION] [RETRYABLE]: write an error result and exit 1.
+# refuse CODE MESSAGE [ID] [VERSION] [RETRYABLE]: write an error result and exit 1; without
+# an id it answers the reserved id "-" (section 8.2), which no request can carry.
 refuse() {
-    jq -cjn --arg code "$1" --arg message "$2" --arg id "${3:-unknown}" --arg v "${4:-1.0}" \
+    jq -cjn --arg code "$1" --arg message "$2" --arg id "${3:--}" --arg v "${4:-1.0}" \
         --argjson retryable "${5:-false}" \
         '{kind: "ToolCallResult", version: $v, id: $id, status: "error",
           error: {code: $code, message: $message[0:4096], retryable: $retryable}}'
@@ -72,9 +73,8 @@ if ! doc=$(jq -R -s -c "$STRICT" "$request" 2>&1); then
     # jq's message repeats the whole input after "(while parsing": keep the reason only.
     reason=${doc#*): }
     reason=${reason%% (while parsing*}
-    refuse INVALID_REQUEST "request is not acceptable JSON: ${reason#request is not acceptable JSON: }" \
-        "$(jq -R -s -r 'try (fromjson | .id | select(test("^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")))
-                           catch empty' "$request" 2>/dev/null | head -c 128)"
+    # Unacceptable JSON has no id to read (section 8.2): the answer carries the reserved "-".
+    refuse INVALID_REQUEST "request is not acceptable JSON: ${reason#request is not acceptable JSON: }"
 fi
 
 # --- the envelope ----------------------------------------------------------------------
@@ -104,6 +104,11 @@ def problem:
   elif (.context | type) as $c | $c != "null" and $c != "object" then "context: expected an object"
   elif (.context.idempotency_key | type) as $k | $k != "null" and $k != "string"
     then "context.idempotency_key: expected a string"
+  elif (.extensions | type) as $e | $e != "null" and $e != "object"
+    then "extensions: expected an object"
+  elif [.extensions // {} | keys[] | select(length > 1024 or
+         (test("^[a-z][a-z0-9-]*(\\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$") | not))] | length > 0
+    then "extensions: a key that is not vendor.domain/name"
   else null end;
 def argument_problem($schema):
   ($schema.properties | keys[0]) as $name
@@ -115,11 +120,11 @@ def argument_problem($schema):
       then "arguments[\u0027\($name)\u0027]: longer than \($schema.properties[$name].maxLength) characters"
     else null end;
 . as $request
-| (if .id | id_ok then .id else "unknown" end) as $id
+| (if .id | id_ok then .id else "-" end) as $id
 | if .kind != "ToolCallRequest" and .kind != "DescribeRequest" then
     refuse($id; "1.0"; "INVALID_REQUEST"; "kind: expected ToolCallRequest or DescribeRequest"; false)
-  elif (.version | type) != "string" then
-    refuse($id; "1.0"; "INVALID_REQUEST"; "version: missing or not a string"; false)
+  elif (.version | type) != "string" or (.version | test("^(0|[1-9][0-9]{0,3})\\.(0|[1-9][0-9]{0,3})$") | not) then
+    refuse($id; "1.0"; "INVALID_REQUEST"; "version: missing or not a version (major.minor, no leading zeros)"; false)
   elif .version != "1.0" then
     refuse($id; "1.0"; "UNSUPPORTED_VERSION";
            "version \(.version[0:16] | tojson) is not supported; supported versions: 1.0"; false)

@@ -30,6 +30,9 @@ const (
 	maxRequestBytes = 16 * 1024 * 1024
 	maxDepth        = 64
 	maxSafeInteger  = 1<<53 - 1
+
+	// The id of an answer to a request without a valid id (section 8.2): no request has it.
+	reservedID = "-"
 )
 
 var (
@@ -37,6 +40,10 @@ var (
 	idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	toolName  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
 	verbose   = os.Getenv("AGENTS_RUNNER_LOG_LEVEL") == "debug"
+
+	// Section 3.1: extension keys; section 8.1: no leading zeros in a version.
+	extensionKey   = regexp.MustCompile(`^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	versionPattern = regexp.MustCompile(`^(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})$`)
 )
 
 // refusal is an error envelope's content: a worker code, a message, retryable.
@@ -261,6 +268,7 @@ type request struct {
 	Context *struct {
 		IdempotencyKey string `json:"idempotency_key"`
 	} `json:"context"`
+	Extensions map[string]json.RawMessage `json:"extensions"`
 }
 
 type tool struct {
@@ -349,6 +357,12 @@ func checkRequest(req *request) *refusal {
 	case req.Context != nil && len(req.Context.IdempotencyKey) > 256*4:
 		return bad("context.idempotency_key: longer than 256 characters")
 	}
+	// Section 3.1: the extensions' namespace is closed, their content open.
+	for key := range req.Extensions {
+		if len(key) > 1024 || !extensionKey.MatchString(key) {
+			return bad(fmt.Sprintf("extensions: key %q is not vendor.domain/name", truncate(key, 64)))
+		}
+	}
 	return nil
 }
 
@@ -385,7 +399,7 @@ func truncate(s string, n int) string {
 
 // handle answers one request; the bool says whether the answer is an error.
 func handle(data []byte) (any, bool) {
-	id, version := "unknown", "1.0"
+	id, version := reservedID, "1.0"
 	fail := func(r *refusal) (any, bool) {
 		r.Message = truncate(r.Message, 4096)
 		return map[string]any{"kind": "ToolCallResult", "version": version, "id": id,
@@ -404,8 +418,8 @@ func handle(data []byte) (any, bool) {
 		return fail(refuse("INVALID_REQUEST", "kind: expected ToolCallRequest or DescribeRequest"))
 	}
 	v, ok := probe["version"].(string)
-	if !ok {
-		return fail(refuse("INVALID_REQUEST", "version: missing or not a string"))
+	if !ok || !versionPattern.MatchString(v) {
+		return fail(refuse("INVALID_REQUEST", "version: missing or not a version (major.minor, no leading zeros)"))
 	}
 	if v != supported[0] {
 		return fail(refuse("UNSUPPORTED_VERSION", "version %q is not supported; supported versions: %s",
@@ -468,10 +482,10 @@ func main() {
 	data, err := io.ReadAll(io.LimitReader(bufio.NewReader(os.Stdin), maxRequestBytes+1))
 	answer, failed := handle(data)
 	if err != nil {
-		answer, failed = map[string]any{"kind": "ToolCallResult", "version": "1.0", "id": "unknown",
+		answer, failed = map[string]any{"kind": "ToolCallResult", "version": "1.0", "id": reservedID,
 			"status": "error", "error": refuse("INVALID_REQUEST", "cannot read stdin")}, true
 	} else if len(data) > maxRequestBytes {
-		answer, failed = map[string]any{"kind": "ToolCallResult", "version": "1.0", "id": "unknown",
+		answer, failed = map[string]any{"kind": "ToolCallResult", "version": "1.0", "id": reservedID,
 			"status": "error", "error": refuse("INVALID_REQUEST", "request over 16 MiB")}, true
 	}
 	os.Stdout.Write(encode(answer))

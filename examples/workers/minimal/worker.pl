@@ -44,14 +44,15 @@ print STDERR "minimal: read ", length($input), " bytes\n"
     if ($ENV{AGENTS_RUNNER_LOG_LEVEL} // '') eq 'debug';
 
 my $req = eval { decode_json($input) };
-refuse('unknown', 'INVALID_REQUEST', 'request is not JSON') unless ref $req eq 'HASH';
-my $id = (defined $req->{id} && !ref $req->{id}) ? $req->{id} : 'unknown';
+refuse('-', 'INVALID_REQUEST', 'request is not JSON') unless ref $req eq 'HASH';
+my $id = (defined $req->{id} && !ref $req->{id}) ? $req->{id} : '-';  # the reserved id (section 8.2)
 my $kind = $req->{kind} // '';
 my $version = $req->{version};
 refuse($id, 'INVALID_REQUEST', 'kind: expected ToolCallRequest or DescribeRequest')
     unless $kind eq 'ToolCallRequest' || $kind eq 'DescribeRequest';
-refuse($id, 'INVALID_REQUEST', 'version: missing or not a string')
-    unless defined $version && !ref $version;
+# Section 8.1: a version is a string, major.minor without leading zeros.
+refuse($id, 'INVALID_REQUEST', 'version: missing or not a version (major.minor)')
+    unless defined $version && !ref $version && JSON::PP->new->allow_nonref->encode($version) =~ /^"(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})"$/;
 refuse($id, 'UNSUPPORTED_VERSION',
        "version is not supported; supported versions: " . join(', ', @SUPPORTED))
     unless grep { $_ eq $version } @SUPPORTED;
@@ -62,7 +63,11 @@ if ($kind eq 'DescribeRequest') {
              supported_versions => \@SUPPORTED, tools => [\%ECHO] }, 0);
 }
 
-refuse($id, 'INVALID_REQUEST', 'id: missing') if $id eq 'unknown';
+refuse($id, 'INVALID_REQUEST', 'id: missing') if $id eq '-';
+# Section 3.1: extension keys are vendor.domain/name, whatever their value.
+refuse($id, 'INVALID_REQUEST', 'extensions: a key that is not vendor.domain/name')
+    if ref $req->{extensions} eq 'HASH'
+    && grep { !m{^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\z} } keys %{ $req->{extensions} };
 my $tool = ref $req->{tool} eq 'HASH' ? $req->{tool}{name} // '' : '';
 refuse($id, 'UNKNOWN_TOOL', 'no such tool; this worker has: echo') unless $tool eq 'echo';
 my $arguments = $req->{arguments};

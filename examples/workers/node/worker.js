@@ -16,8 +16,11 @@ const WORKER = { name: 'example-node', version: '1.0.0' };
 const SUPPORTED = ['1.0'];
 const MAX_REQUEST_BYTES = 16 * 1024 * 1024;
 const MAX_DEPTH = 64;
+// Section 8.1: a version has no leading zeros; anything else is INVALID_REQUEST (rule 3).
+const VERSION = /^(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})$/;
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 const TOOL_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,63}$/;
+const EXTENSION_KEY = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)*\/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const VERBOSE = process.env.AGENTS_RUNNER_LOG_LEVEL === 'debug';
 
@@ -144,6 +147,13 @@ function checkRequest(doc) {
       bad('context.idempotency_key: expected a string of at most 256 characters');
     }
   }
+  if (doc.extensions !== undefined && doc.extensions !== null) {
+    // Section 3.1: the namespace is closed, the content open.
+    if (!isObject(doc.extensions)) bad('extensions: expected an object');
+    for (const key of Object.keys(doc.extensions)) {
+      if (key.length > 1024 || !EXTENSION_KEY.test(key)) bad(`extensions: key ${JSON.stringify(key.slice(0, 64))} is not vendor.domain/name`);
+    }
+  }
 }
 
 // Tools declare closed objects of bounded strings; this checks exactly that subset.
@@ -221,7 +231,7 @@ function describe() {
 }
 
 function handle(bytes) {
-  let id = 'unknown';
+  let id = '-'; // the reserved id (section 8.2): no request can carry it
   let version = '1.0';
   const fail = (err) => ({
     kind: 'ToolCallResult', version, id, status: 'error',
@@ -233,7 +243,9 @@ function handle(bytes) {
     if (doc.kind !== 'ToolCallRequest' && doc.kind !== 'DescribeRequest') {
       throw new Refusal('INVALID_REQUEST', 'kind: expected ToolCallRequest or DescribeRequest');
     }
-    if (typeof doc.version !== 'string') throw new Refusal('INVALID_REQUEST', 'version: missing or not a string');
+    if (typeof doc.version !== 'string' || !VERSION.test(doc.version)) {
+      throw new Refusal('INVALID_REQUEST', 'version: missing or not a version (major.minor, no leading zeros)');
+    }
     if (!SUPPORTED.includes(doc.version)) {
       throw new Refusal('UNSUPPORTED_VERSION', `version ${JSON.stringify(doc.version.slice(0, 16))} is not supported; supported versions: ${SUPPORTED.join(', ')}`);
     }

@@ -1,6 +1,6 @@
 """Broken on purpose: answers every request as if its version were 1.0, so it never
 says UNSUPPORTED_VERSION. worker-check must fail `version.2.0`, `version.0.9` and
-`version.1.999`."""
+`version.1.999`, and the `critical.*` refusals (read as 1.0, `critical` is ignored)."""
 
 import re
 import sys
