@@ -53,8 +53,10 @@ print(started, refused)
 
 
 async def test_memory_bomb_past_the_limit_is_worker_oom(api):
-    # `tail` keeps a line without newline in memory until the cgroup kills it.
-    hit = await attack(api, "head -c 2G /dev/zero | tail > /dev/null; echo after")
+    # `tail` keeps a line without newline in memory until the cgroup kills it. The pipe
+    # is slow under gVisor (about 10 s to reach the limit on an idle machine, more under
+    # load): the deadline is set well past that, so the bomb and not the clock ends it.
+    hit = await attack(api, "head -c 2G /dev/zero | tail > /dev/null; echo after", seconds=90)
     assert hit.outcome.error_code == "WORKER_OOM", hit.outcome.result
 
 
