@@ -107,7 +107,9 @@ EXTENSION_KEY_PATTERN = (
     rf"/{EXTENSION_NAME.body}$"
 )
 MIME_PATTERN = f"^{MIME_TYPE.body}/{MIME_SUBTYPE.body}$"
-BASE64_PATTERN = r"^[A-Za-z0-9+/]*={0,2}$"
+#: Standard base64 (RFC 4648, section 4), its padding at most two `=` at the end.
+BASE64_ALPHABET = "A-Za-z0-9+/"
+BASE64_PATTERN = f"^[{BASE64_ALPHABET}]*={{0,2}}$"
 FILENAME_PATTERN = FILENAME.pattern
 WORKER_VERSION_PATTERN = WORKER_VERSION.pattern
 
@@ -218,7 +220,8 @@ PATH_LINE_TERMINATOR_PATTERN = r"[\n\r\u0085]"
 #: A `collect` pattern: the path rules, with `*`, `?` and `**` as wildcards and no `[...]`.
 GLOB_PATTERN = rf"^[^/\[\]{PATH_FORBIDDEN_CLASS}]+(?:/[^/\[\]{PATH_FORBIDDEN_CLASS}]+)*$"
 #: Strict base64 for input files: standard alphabet, padded, length a multiple of 4.
-BASE64_PADDED_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_B64 = f"[{BASE64_ALPHABET}]"
+BASE64_PADDED_PATTERN = f"^(?:{_B64}{{4}})*(?:{_B64}{{2}}==|{_B64}{{3}}=)?$"
 
 #: `collect`: patterns per request, and the ceilings and defaults of its two caps.
 COLLECT_MAX_PATTERNS = 64
@@ -420,7 +423,7 @@ def glob_problem(pattern: object) -> str | None:
 
 # --- base64 ---------------------------------------------------------------------------
 
-_BASE64_ALPHABET = _expand("A-Za-z0-9+/")
+_BASE64_ALPHABET = _expand(BASE64_ALPHABET)
 
 
 def base64_problem(text: str) -> str | None:
