@@ -148,6 +148,8 @@ WORKER_ERROR_CODE_NAMES: tuple[str, ...] = (
     "INTERNAL",
 )
 
+#: A tool's `effects` (v1.Effects spells the same list as a Literal).
+EFFECTS: tuple[str, ...] = ("none", "contained", "external")
 
 # --- 1.1: files in, files out, events, capabilities --------------------------------
 

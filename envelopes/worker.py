@@ -79,7 +79,6 @@ UNKNOWN_ID = rules.RESERVED_ID
 #: Nesting of a JSON result the fast path writes itself; deeper ones go through the models
 #: (the runner refuses envelopes nested deeper than wire.MAX_DEPTH anyway).
 _FAST_DEPTH = wire.MAX_DEPTH - 4
-_EFFECTS = ("none", "contained", "external")
 _WORKER_CODES = frozenset(rules.WORKER_ERROR_CODE_NAMES)
 #: What the SDK does for every tool (1.1): input files and `collect`, events on stderr.
 CAPABILITIES: tuple[str, ...] = (rules.CAPABILITY_FILES, rules.CAPABILITY_EVENTS)
@@ -187,7 +186,7 @@ class Worker:
             rules.TOOL_NAME.match(name)
             and type(description) is str
             and len(description) <= rules.MAX_TOOL_DESCRIPTION
-            and effects in _EFFECTS
+            and effects in rules.EFFECTS
             and type(input_schema) is dict
             and json_bounded(input_schema, exact=True, max_depth=_FAST_DEPTH)
         ):

@@ -10,7 +10,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import jsonschema
 import pytest
@@ -157,6 +157,7 @@ def test_pattern_checks_match_the_patterns(pattern: str, check, samples: list[st
 
 def test_the_rules_module_spells_v1s_error_codes() -> None:
     assert rules.WORKER_ERROR_CODE_NAMES == v1.WORKER_ERROR_CODES
+    assert get_args(v1.Effects) == rules.EFFECTS
 
 
 # --- compiled schemas -----------------------------------------------------------------
