@@ -1,11 +1,12 @@
 """The agents-runner envelope: the JSON contract between a runner and a worker.
 
 Importable on its own (pydantic only; the names below load on first use). `v1` holds the
-models and codes, `bounds` its version, bounds and patterns, `wire` the strict JSON parser,
-`codec` bytes-to-envelope for both sides, `worker` a small SDK for Python workers (which
-starts without pydantic), and `schemas/<version>/` the published JSON Schemas (1.0 and
-1.1). `agents_exe` is agents-exe's isolation envelope and UserToolResponse, for workers
-written for agents-exe (the compatibility mode of docs/envelope-v1.md, section 10).
+models and codes, `rules` the version, bounds, patterns and checks (each rule once),
+`wire` the strict JSON parser, `codec` bytes-to-envelope for both sides, `worker` a small
+SDK for Python workers (which starts without pydantic), and `schemas/<version>/` the
+published JSON Schemas (1.0 and 1.1). `agents_exe` is agents-exe's isolation envelope
+and UserToolResponse, for workers written for agents-exe (the compatibility mode of
+docs/envelope-v1.md, section 10).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from envelopes.bounds import BIDI_CONTROLS
+from envelopes.rules import BIDI_CONTROLS
 
 #: What `escape_controls` escapes in one-line text: C0 but tab, DEL, C1, bidi, surrogates.
 CONTROL_CHARACTERS = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f{BIDI_CONTROLS}\ud800-\udfff]")

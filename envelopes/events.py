@@ -22,7 +22,7 @@ import codecs
 import os
 import time
 
-from envelopes import bounds, wire
+from envelopes import rules, wire
 from envelopes.wire import MAX_SAFE_INTEGER
 
 TYPE_CHECKING = False  # typing costs a fresh process milliseconds; mypy reads it as typing's
@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-RS = bounds.EVENT_RECORD_SEPARATOR
-MAX_LINE_BYTES = bounds.EVENT_MAX_LINE_BYTES
-TEXT_MAX = bounds.EVENT_TEXT_MAX
-MESSAGE_MAX = bounds.EVENT_MESSAGE_MAX
+RS = rules.EVENT_RECORD_SEPARATOR
+MAX_LINE_BYTES = rules.EVENT_MAX_LINE_BYTES
+TEXT_MAX = rules.EVENT_TEXT_MAX
+MESSAGE_MAX = rules.EVENT_MESSAGE_MAX
 #: The longest line an Emitter writes: PIPE_BUF, the size a pipe write stays atomic at.
 WRITE_LINE_BYTES = 4096
 #: Text waiting for the rate, per kind; past it the oldest lines are dropped (and counted),
@@ -161,8 +161,8 @@ class Emitter:
 
     def __init__(
         self,
-        max_per_second: int = bounds.EVENTS_DEFAULT_MAX_PER_SECOND,
-        max_bytes: int = bounds.EVENTS_DEFAULT_MAX_BYTES,
+        max_per_second: int = rules.EVENTS_DEFAULT_MAX_PER_SECOND,
+        max_bytes: int = rules.EVENTS_DEFAULT_MAX_BYTES,
         fd: int = 2,
         *,
         timer: bool = True,

@@ -2,7 +2,8 @@
 
 - `path_problem(path)`: the path rules every file name on the wire obeys (input files,
   collected files, names the host writes); `glob_problem(pattern)` the same for `collect`
-  patterns, which may also hold `*`, `?` and `**` components.
+  patterns, which may also hold `*`, `?` and `**` components. Both are envelopes.rules',
+  re-exported here.
 - `check_files(files)`: a request's `files` array checked (paths, duplicates after case
   folding, a path under another file's path, base64, caps) and decoded.
 - `write_files(root, files)`: writes decoded files under `root` and nowhere else: every
@@ -23,25 +24,27 @@ from __future__ import annotations
 import os
 import stat
 
-from envelopes import bounds
+from envelopes import rules
+from envelopes.rules import glob_problem as glob_problem
+from envelopes.rules import path_problem as path_problem
 
 TYPE_CHECKING = False  # typing costs a fresh process milliseconds; mypy reads it as typing's
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-FILES_MAX_COUNT = bounds.FILES_MAX_COUNT
-FILES_MAX_BYTES = bounds.FILES_MAX_BYTES
-COLLECT_MAX_FILES = bounds.COLLECT_DEFAULT_MAX_FILES
-COLLECT_MAX_BYTES = bounds.COLLECT_DEFAULT_MAX_BYTES
-MAX_PATH_BYTES = bounds.MAX_PATH_BYTES
-MAX_COMPONENT_BYTES = bounds.MAX_COMPONENT_BYTES
-DEFAULT_MODE = bounds.FILE_MODE_DEFAULT
+FILES_MAX_COUNT = rules.FILES_MAX_COUNT
+FILES_MAX_BYTES = rules.FILES_MAX_BYTES
+COLLECT_MAX_FILES = rules.COLLECT_DEFAULT_MAX_FILES
+COLLECT_MAX_BYTES = rules.COLLECT_DEFAULT_MAX_BYTES
+MAX_PATH_BYTES = rules.MAX_PATH_BYTES
+MAX_COMPONENT_BYTES = rules.MAX_COMPONENT_BYTES
+DEFAULT_MODE = rules.FILE_MODE_DEFAULT
 #: How many directory entries collect() looks at before it gives up (a tool that made a
 #: million files must not make the worker walk them all).
 COLLECT_MAX_ENTRIES = 100_000
 
 #: Bidirectional-text controls: they make a name display differently from what it is.
-_BIDI = frozenset(bounds.BIDI_CONTROLS)
+_BIDI = frozenset(rules.BIDI_CONTROLS)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MIME = {
     "bin": "application/octet-stream",
@@ -102,52 +105,6 @@ class CollectLimitExceeded(FilesError):
 # --- rules -----------------------------------------------------------------------------
 
 
-def path_problem(path: object) -> str | None:
-    """Why `path` breaks the path rules, or None when it obeys them. The message never
-    repeats the path (callers name where it was: `files[2].path: ...`)."""
-    return _name_problem(path, glob=False)
-
-
-def glob_problem(pattern: object) -> str | None:
-    """Why `pattern` is not a valid `collect` pattern, or None: the path rules, with `*`
-    and `?` allowed in components and `**` as a whole component; no `[...]`."""
-    return _name_problem(pattern, glob=True)
-
-
-def _name_problem(path: object, glob: bool) -> str | None:
-    if type(path) is not str:
-        return "expected a string"
-    if not path:
-        return "is empty"
-    try:
-        size = len(path.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "is not valid UTF-8"
-    if size > MAX_PATH_BYTES:
-        return f"is {size} bytes of UTF-8, over {MAX_PATH_BYTES}"
-    if not (path.isascii() and path.isprintable() and "\\" not in path):
-        for index, char in enumerate(path):
-            code = ord(char)
-            if code < 0x20 or 0x7F <= code <= 0x9F:
-                return f"has a control character (U+{code:04X}) at character {index}"
-            if char == "\\":
-                return f"has a backslash at character {index}"
-            if char in _BIDI:
-                return f"has a bidirectional-text control (U+{code:04X}) at character {index}"
-    if path[0] == "/":
-        return "is absolute (starts with '/'); paths are relative to the workspace"
-    for index, part in enumerate(path.split("/")):
-        if not part:
-            return "has an empty component ('//' or a trailing '/')"
-        if part in (".", ".."):
-            return f"has a {part!r} component"
-        if len(part) * 4 > MAX_COMPONENT_BYTES and len(part.encode()) > MAX_COMPONENT_BYTES:
-            return f"component {index} is over {MAX_COMPONENT_BYTES} bytes of UTF-8"
-        if glob and ("[" in part or "]" in part):
-            return f"component {index} has a bracket; [...] classes are not supported"
-    return None
-
-
 def fold(path: str) -> str:
     """The form two paths are compared in for duplicates: Unicode NFC of the case fold
     (so `A.txt`/`a.txt` and a composed/decomposed `é` collide, as on macOS or Windows)."""
@@ -183,7 +140,7 @@ def check_files(
             return f"{where}.path: {problem}"
         if type(content) is not str:
             return f"{where}.content: expected a string"
-        if type(mode) is not int or not 0 <= mode <= 0o777:
+        if type(mode) is not int or not 0 <= mode <= rules.FILE_MODE_MAX:
             return f"{where}.mode: expected an integer from 0 to 511 (0o777)"
         if encoding == "utf-8":
             try:
@@ -220,14 +177,15 @@ def check_files(
 
 
 def _base64(content: str) -> bytes | str:
-    if len(content) % 4:
-        return "not padded base64 (length is not a multiple of 4)"
+    problem = rules.base64_problem(content)
+    if problem is not None:
+        return problem
     import binascii
 
     try:
         return binascii.a2b_base64(content.encode("ascii"), strict_mode=True)
-    except (UnicodeEncodeError, binascii.Error, ValueError):
-        return "not standard base64 (A-Z a-z 0-9 + /, padded with =)"
+    except binascii.Error as exc:  # what the rule admits decodes; never swallow it silently
+        return f"not base64 ({exc})"
 
 
 # --- writing ---------------------------------------------------------------------------
@@ -470,7 +428,7 @@ def _shown(path: str) -> str:
         code = ord(char)
         if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte (surrogateescape)
             out.append(f"\\x{code - 0xDC00:02x}")
-        elif code < 0x20 or 0x7F <= code <= 0x9F or char in _BIDI or char == "\\":
+        elif rules.is_control(code) or char in _BIDI or char == "\\":
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:
             out.append(char)

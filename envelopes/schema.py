@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from envelopes.bounds import LINE_TERMINATOR_PATTERN
+from envelopes.rules import LINE_TERMINATOR_PATTERN
 from envelopes.v1 import (
     JSON_VALUE_DEF,
     JSON_VALUE_MARKER,

@@ -17,10 +17,8 @@ model ignores it (as a 1.0 worker would), a result or describe model refuses it.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal, TypeGuard, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -34,12 +32,11 @@ from pydantic import (
     model_validator,
 )
 
-from envelopes import files
+from envelopes import files, rules
 
-# The bounds of 1.1's members, used below (import them from envelopes.bounds).
-from envelopes.bounds import (
+# The bounds of 1.1's members, used below (import them from envelopes.rules).
+from envelopes.rules import (
     BASE64_PADDED_PATTERN,
-    BIDI_CONTROLS,
     CAPABILITY_PATTERN,
     COLLECT_DEFAULT_MAX_BYTES,
     COLLECT_DEFAULT_MAX_FILES,
@@ -59,7 +56,6 @@ from envelopes.bounds import (
     FILES_MAX_COUNT,
     GLOB_PATTERN,
     MAX_CAPABILITIES,
-    MAX_COMPONENT_BYTES,
     MAX_CRITICAL,
     MAX_PATH_BYTES,
     OUTPUT_TAIL_MAX,
@@ -70,78 +66,78 @@ from envelopes.bounds import (
     PATH_PATTERN,
 )
 
-# The version, bounds and patterns live in envelopes.bounds (standard library only, for
+# The version, bounds and patterns live in envelopes.rules (standard library only, for
 # workers that check requests without pydantic); re-exported here as part of v1.
-from envelopes.bounds import (
+from envelopes.rules import (
     BASE64_PATTERN as BASE64_PATTERN,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX_RESULT_BYTES,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     EXTENSION_KEY_PATTERN as EXTENSION_KEY_PATTERN,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     FILENAME_PATTERN as FILENAME_PATTERN,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     ID_PATTERN as ID_PATTERN,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     LATEST_VERSION as LATEST_VERSION,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAJOR as MAJOR,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_EXTENSIONS as MAX_EXTENSIONS,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_ITEMS as MAX_ITEMS,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_KEY as MAX_KEY,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_MESSAGE as MAX_MESSAGE,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_PARTS as MAX_PARTS,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_PROPERTIES as MAX_PROPERTIES,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_REQUEST_BYTES as MAX_REQUEST_BYTES,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_RESULT_BYTES_CEILING as MAX_RESULT_BYTES_CEILING,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_STRING as MAX_STRING,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MAX_TOOLS as MAX_TOOLS,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     MIME_PATTERN as MIME_PATTERN,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     RESERVED_ID as RESERVED_ID,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     SUPPORTED_VERSIONS as SUPPORTED_VERSIONS,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     TOOL_NAME_PATTERN as TOOL_NAME_PATTERN,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     VERSION as VERSION,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     VERSION_PATTERN as VERSION_PATTERN,
 )
-from envelopes.bounds import (
+from envelopes.rules import (
     WORKER_VERSION_PATTERN as WORKER_VERSION_PATTERN,
 )
 from envelopes.wire import MAX_SAFE_INTEGER
@@ -217,16 +213,6 @@ def binding_retryable(code: str, retryable: bool) -> bool:
     return retryable if fixed is None else fixed
 
 
-def is_worker_error_code(code: str) -> TypeGuard[WorkerErrorCode]:
-    """Whether `code` is one a worker may send."""
-    return code in WORKER_ERROR_CODES
-
-
-def is_runner_error_code(code: str) -> TypeGuard[RunnerErrorCode]:
-    """Whether `code` is one only the runner may produce."""
-    return code in RUNNER_ERROR_CODES
-
-
 Effects = Literal["none", "contained", "external"]
 
 
@@ -257,33 +243,9 @@ JSON_VALUE_DEF: dict[str, Any] = {
 
 def _check_json_bounds(value: Any) -> Any:
     """Enforce in Python exactly the bounds JSON_VALUE_DEF states in the schema."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            if len(node) > MAX_STRING:
-                raise ValueError(f"string longer than {MAX_STRING} characters")
-        elif isinstance(node, list):
-            if len(node) > MAX_ITEMS:
-                raise ValueError(f"array with more than {MAX_ITEMS} items")
-            stack.extend(node)
-        elif isinstance(node, dict):
-            if len(node) > MAX_PROPERTIES:
-                raise ValueError(f"object with more than {MAX_PROPERTIES} properties")
-            for key in node:
-                if not isinstance(key, str) or len(key) > MAX_KEY:
-                    raise ValueError(f"object key longer than {MAX_KEY} characters")
-            stack.extend(node.values())
-        elif isinstance(node, bool) or node is None:
-            continue
-        elif isinstance(node, int):
-            if abs(node) > MAX_SAFE_INTEGER:
-                raise ValueError("integer outside +-(2^53-1)")
-        elif not isinstance(node, float):
-            raise ValueError(f"{type(node).__name__} is not a JSON value")
-        elif not math.isfinite(node):
-            # JSON has no NaN/Infinity; pydantic would silently dump them as null.
-            raise ValueError(f"{node} is not a JSON number (non-finite)")
+    problem = rules.json_bounds_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
@@ -301,9 +263,9 @@ JsonObject = Annotated[
     ),
 ]
 
-Id = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
-ToolName = Annotated[str, Field(pattern=TOOL_NAME_PATTERN, max_length=64)]
-Version = Annotated[str, Field(pattern=VERSION_PATTERN, max_length=9)]
+Id = Annotated[str, Field(pattern=ID_PATTERN, max_length=rules.ID.longest)]
+ToolName = Annotated[str, Field(pattern=TOOL_NAME_PATTERN, max_length=rules.TOOL_NAME.longest)]
+Version = Annotated[str, Field(pattern=VERSION_PATTERN, max_length=rules.MAX_VERSION_LENGTH)]
 SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 
 
@@ -313,19 +275,14 @@ V1_1 = "1.1"
 #: Marks, in a generated schema, a property added after 1.0; envelopes.schema drops it
 #: from the schemas of earlier versions and removes the marker from the others.
 SINCE_MARKER = "x-agents-runner-since"
-_VERSION_RE = re.compile(VERSION_PATTERN.removeprefix("^").removesuffix("$"))
 
 
 def _since(version: str) -> dict[str, Any]:
     return {SINCE_MARKER: version}
 
 
-def version_tuple(version: object) -> tuple[int, int] | None:
-    """(major, minor) of a `major.minor` string, or None when it is not one."""
-    if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
-        return None
-    major, minor = version.split(".")
-    return int(major), int(minor)
+version_tuple = rules.version_tuple
+version_at_least = rules.version_at_least
 
 
 def highest_version(versions: tuple[str, ...] | list[str]) -> str:
@@ -333,69 +290,20 @@ def highest_version(versions: tuple[str, ...] | list[str]) -> str:
     return max(versions, key=lambda v: version_tuple(v) or (-1, -1))
 
 
-def version_at_least(version: object, minimum: str) -> bool:
-    """Whether `version` is a `major.minor` string at `minimum` or later (`"1.10" > "1.9"`)."""
-    have, want = version_tuple(version), version_tuple(minimum)
-    return have is not None and want is not None and have >= want
-
-
 # --- 1.1 paths: input files, collect patterns, media paths ----------------------------
-
-_BIDI = frozenset(BIDI_CONTROLS)
-_BASE64_ALPHABET = re.compile(r"[A-Za-z0-9+/]*={0,2}")
-
-
-def _path_problem(path: str, *, glob: bool = False) -> str | None:
-    """Which path rule `path` breaks (docs/envelope-v1.md, section 11.2), or None. The
-    value itself is never echoed: the location of the error says which file it is."""
-    what = "pattern" if glob else "path"
-    if not path:
-        return f"{what} is empty"
-    if len(path) > MAX_PATH_BYTES:  # checked first: never scan a huge string
-        return f"{what} is longer than {MAX_PATH_BYTES} bytes"
-    for char in path:
-        code = ord(char)
-        if code == 0:
-            return f"{what} contains NUL"
-        if char == "\\":
-            return f"{what} contains a backslash"
-        if char in _BIDI:
-            return f"{what} contains the bidi control U+{code:04X}"
-        if code < 0x20 or 0x7F <= code <= 0x9F:
-            return f"{what} contains the control character U+{code:04X}"
-        if 0xD800 <= code <= 0xDFFF:
-            return f"{what} contains a lone surrogate (not UTF-8)"
-        if glob and char in "[]":
-            return f"pattern contains {char!r}: bracket expressions are not supported"
-    size = len(path.encode("utf-8"))
-    if size > MAX_PATH_BYTES:
-        return f"{what} is {size} bytes of UTF-8, over {MAX_PATH_BYTES}"
-    if path.startswith("/"):
-        return f"{what} is absolute (starts with '/')"
-    if path.endswith("/"):
-        return f"{what} ends with '/'"
-    for index, component in enumerate(path.split("/"), 1):
-        if not component:
-            return f"{what} has an empty component ('//')"
-        if component in (".", ".."):
-            return f"{what} has a {component!r} component"
-        size = len(component.encode("utf-8"))
-        if size > MAX_COMPONENT_BYTES:
-            return f"{what} component {index} is {size} bytes of UTF-8, over {MAX_COMPONENT_BYTES}"
-    return None
 
 
 def _checked_path(value: str) -> str:
-    problem = _path_problem(value)
+    problem = rules.path_problem(value)
     if problem is not None:
-        raise ValueError(problem)
+        raise ValueError(f"path {problem}")
     return value
 
 
 def _checked_glob(value: str) -> str:
-    problem = _path_problem(value, glob=True)
+    problem = rules.glob_problem(value)
     if problem is not None:
-        raise ValueError(problem)
+        raise ValueError(f"pattern {problem}")
     return value
 
 
@@ -433,20 +341,15 @@ GlobPattern = Annotated[
 ]
 
 
-def is_padded_base64(text: str) -> bool:
-    """bounds.BASE64_PADDED_PATTERN: standard alphabet, padded to a multiple of 4."""
-    return len(text) % 4 == 0 and _BASE64_ALPHABET.fullmatch(text) is not None
+is_padded_base64 = rules.is_padded_base64
+base64_decoded_size = rules.base64_decoded_size
 
 
 def _checked_padded_base64(value: str) -> str:
-    if not is_padded_base64(value):
-        raise ValueError("not base64 (standard alphabet, padded to a multiple of 4)")
+    problem = rules.base64_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
-
-
-def base64_decoded_size(text: str) -> int:
-    """Bytes that padded base64 `text` decodes to, without decoding it."""
-    return len(text) // 4 * 3 - text[-2:].count("=")
 
 
 # --- base classes --------------------------------------------------------------------
@@ -496,10 +399,10 @@ class RequestLimits(Inbound):
 class CallContext(Inbound):
     """Where the call comes from; lets a worker with external effects deduplicate."""
 
-    session_id: Annotated[str, Field(max_length=128)] | None = None
-    call_id: Annotated[str, Field(max_length=128)] | None = None
-    attempt: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    idempotency_key: Annotated[str, Field(max_length=256)] | None = None
+    session_id: Annotated[str, Field(max_length=rules.MAX_CONTEXT_ID)] | None = None
+    call_id: Annotated[str, Field(max_length=rules.MAX_CONTEXT_ID)] | None = None
+    attempt: Annotated[int, Field(ge=1, le=rules.MAX_ATTEMPT)] | None = None
+    idempotency_key: Annotated[str, Field(max_length=rules.MAX_IDEMPOTENCY_KEY)] | None = None
 
 
 def _input_file_schema_extra(schema: dict[str, Any]) -> None:
@@ -524,8 +427,9 @@ class InputFile(Inbound):
     @model_validator(mode="after")
     def _content_decodes(self) -> InputFile:
         # (A lone surrogate in utf-8 content is already refused by pydantic's str check.)
-        if self.encoding == "base64" and not is_padded_base64(self.content):
-            raise ValueError("content: not base64 (standard alphabet, padded)")
+        problem = rules.base64_problem(self.content) if self.encoding == "base64" else None
+        if problem is not None:
+            raise ValueError(f"content: {problem}")
         return self
 
     @property
@@ -593,15 +497,12 @@ class EventBudget(Inbound):
 #: The request members 1.1 adds; in a request whose version is 1.0 they are ignored.
 REQUEST_FIELDS_1_1: tuple[str, ...] = ("files", "collect", "events", "critical")
 
-_CRITICAL_MEMBER_RE = re.compile(CRITICAL_MEMBER_PATTERN.removeprefix("^").removesuffix("$"))
-_EXTENSION_KEY_RE = re.compile(EXTENSION_KEY_PATTERN.removeprefix("^").removesuffix("$"))
-
 
 def _checked_critical(names: list[str]) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError("critical: each name may appear once")
     for index, name in enumerate(names):
-        if not (_CRITICAL_MEMBER_RE.fullmatch(name) or _EXTENSION_KEY_RE.fullmatch(name)):
+        if not rules.is_critical_name(name):
             raise ValueError(f"critical[{index}]: neither a member name nor an extension key")
     return names
 
@@ -741,7 +642,7 @@ class JsonOutput(Outbound):
 
 class MediaOutput(Outbound):
     type: Literal["media"] = "media"
-    mime_type: Annotated[str, Field(pattern=MIME_PATTERN, max_length=193)]
+    mime_type: Annotated[str, Field(pattern=MIME_PATTERN, max_length=rules.MAX_MIME_LENGTH)]
     # Padded, as section 4.1 says (the schema's pattern and is_padded_base64 agree).
     base64_data: Annotated[
         str,
@@ -751,7 +652,9 @@ class MediaOutput(Outbound):
             {"type": "string", "maxLength": MAX_STRING, "pattern": BASE64_PADDED_PATTERN}
         ),
     ]
-    filename: Annotated[str, Field(pattern=FILENAME_PATTERN, max_length=255)] | None = None
+    filename: (
+        Annotated[str, Field(pattern=FILENAME_PATTERN, max_length=rules.FILENAME.longest)] | None
+    ) = None
     path: RelativePath | None = Field(
         default=None,
         description="1.1: the file's path relative to the workspace (path rules).",
@@ -915,8 +818,13 @@ def runner_only_problem(result: ToolCallResult) -> str | None:
 
 
 class WorkerInfo(Outbound):
-    name: Annotated[str, Field(pattern=TOOL_NAME_PATTERN, max_length=64)]
-    version: Annotated[str, Field(min_length=1, max_length=64, pattern=WORKER_VERSION_PATTERN)]
+    name: ToolName
+    version: Annotated[
+        str,
+        Field(
+            min_length=1, max_length=rules.WORKER_VERSION.longest, pattern=WORKER_VERSION_PATTERN
+        ),
+    ]
 
 
 def _remote_reference(node: Any) -> str | None:
@@ -963,7 +871,7 @@ InputSchema = Annotated[
 
 class ToolDescription(Outbound):
     name: ToolName
-    description: Annotated[str, Field(max_length=4096)]
+    description: Annotated[str, Field(max_length=rules.MAX_TOOL_DESCRIPTION)]
     input_schema: InputSchema
     effects: Effects = Field(
         description="none: pure; contained: effects stay in the sandbox; external: reaches"
@@ -978,7 +886,7 @@ def _unique(values: list[str]) -> list[str]:
 
 
 Capabilities = Annotated[
-    list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]],
+    list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=rules.CAPABILITY.longest)]],
     Field(max_length=MAX_CAPABILITIES, json_schema_extra={"uniqueItems": True}),
     AfterValidator(_unique),
 ]
@@ -989,7 +897,12 @@ class DescribeResult(Outbound):
     version: Version = VERSION
     worker: WorkerInfo
     supported_versions: Annotated[
-        list[Version], Field(min_length=1, max_length=16, json_schema_extra={"uniqueItems": True})
+        list[Version],
+        Field(
+            min_length=1,
+            max_length=rules.MAX_SUPPORTED_VERSIONS,
+            json_schema_extra={"uniqueItems": True},
+        ),
     ]
     tools: Annotated[list[ToolDescription], Field(max_length=MAX_TOOLS)]
     capabilities: Capabilities | None = Field(
@@ -1083,9 +996,3 @@ SCHEMA_MODELS_BY_VERSION: dict[str, dict[str, type[BaseModel]]] = {
     VERSION: dict(SCHEMA_MODELS),
     V1_1: {**SCHEMA_MODELS, "event": StreamEvent},
 }
-
-
-def major_of(version: str) -> int | None:
-    """The major number of a `major.minor` string, or None when it is not one."""
-    parsed = version_tuple(version)
-    return None if parsed is None else parsed[0]

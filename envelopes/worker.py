@@ -47,16 +47,9 @@ from __future__ import annotations
 import os
 import sys
 
-from envelopes import bounds, events, files, wire
-from envelopes.worker_request import (
-    RequestView,
-    at_least_1_1,
-    check_call,
-    is_version,
-    json_bounded,
-)
-from envelopes.worker_request import is_tool_name as _is_tool_name
-from envelopes.worker_request import is_worker_version as _is_worker_version
+from envelopes import events, files, rules, wire
+from envelopes.rules import is_version, json_bounded
+from envelopes.worker_request import RequestView, at_least_1_1, check_call
 from envelopes.worker_schema import compile_schema
 
 TYPE_CHECKING = False  # typing costs a fresh process milliseconds; mypy reads it as typing's
@@ -82,18 +75,13 @@ if TYPE_CHECKING:
     Handler: TypeAlias = Callable[[dict[str, Any], RequestView], Any]
 
 #: Echoed when a request is too broken to carry a usable id.
-UNKNOWN_ID = bounds.RESERVED_ID
+UNKNOWN_ID = rules.RESERVED_ID
 #: Nesting of a JSON result the fast path writes itself; deeper ones go through the models
 #: (the runner refuses envelopes nested deeper than wire.MAX_DEPTH anyway).
 _FAST_DEPTH = wire.MAX_DEPTH - 4
-_EFFECTS = ("none", "contained", "external")
-_WORKER_CODES = frozenset(bounds.WORKER_ERROR_CODE_NAMES)
+_WORKER_CODES = frozenset(rules.WORKER_ERROR_CODE_NAMES)
 #: What the SDK does for every tool (1.1): input files and `collect`, events on stderr.
-CAPABILITIES: tuple[str, ...] = (bounds.CAPABILITY_FILES, bounds.CAPABILITY_EVENTS)
-_CAPABILITY_START = frozenset("abcdefghijklmnopqrstuvwxyz")
-_CAPABILITY_REST = _CAPABILITY_START | frozenset("0123456789_-")
-_FILENAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-_FILENAME_REST = _FILENAME_START | frozenset(". -")
+CAPABILITIES: tuple[str, ...] = (rules.CAPABILITY_FILES, rules.CAPABILITY_EVENTS)
 
 
 class ToolError(Exception):
@@ -136,7 +124,7 @@ class _Tool:
         import jsonschema
 
         found = jsonschema.exceptions.best_match(self.validator().iter_errors(arguments))
-        return None if found is None else _argument_problem(found)[: bounds.MAX_MESSAGE]
+        return None if found is None else _argument_problem(found)[: rules.MAX_MESSAGE]
 
 
 class _Answer:
@@ -157,12 +145,12 @@ class Worker:
         self,
         name: str,
         version: str,
-        supported_versions: tuple[str, ...] = bounds.SUPPORTED_VERSIONS,
+        supported_versions: tuple[str, ...] = rules.SUPPORTED_VERSIONS,
         capabilities: tuple[str, ...] = CAPABILITIES,
     ) -> None:
         """`capabilities` are declared in a 1.1 DescribeResult (the SDK itself provides
         `files` and `events` for every tool; pass () to declare none)."""
-        if not (_is_tool_name(name) and _is_worker_version(version)):
+        if not (rules.TOOL_NAME.match(name) and rules.WORKER_VERSION.match(version)):
             from envelopes.v1 import WorkerInfo
 
             WorkerInfo(name=name, version=version)  # raises the model's ValidationError
@@ -195,10 +183,10 @@ class Worker:
             "effects": effects,
         }
         if not (
-            _is_tool_name(name)
+            rules.TOOL_NAME.match(name)
             and type(description) is str
-            and len(description) <= 4096
-            and effects in _EFFECTS
+            and len(description) <= rules.MAX_TOOL_DESCRIPTION
+            and effects in rules.EFFECTS
             and type(input_schema) is dict
             and json_bounded(input_schema, exact=True, max_depth=_FAST_DEPTH)
         ):
@@ -216,7 +204,7 @@ class Worker:
 
         return register
 
-    def describe(self, version: str = bounds.VERSION) -> DescribeResult:
+    def describe(self, version: str = rules.VERSION) -> DescribeResult:
         """The DescribeResult for a describe request of `version` (1.1 and later list
         the capabilities; a 1.0 one does not)."""
         from envelopes.v1 import DescribeResult, ToolDescription
@@ -269,7 +257,7 @@ class Worker:
         """The request when the fast checks vouch for it (its version for a describe),
         else None: the models then decide and word any refusal."""
         try:
-            doc = wire.loads(data, max_bytes=bounds.MAX_REQUEST_BYTES)
+            doc = wire.loads(data, max_bytes=rules.MAX_REQUEST_BYTES)
         except wire.WireError:
             return None
         version = doc.get("version")
@@ -292,9 +280,9 @@ class Worker:
             versions = list(self.supported_versions)
             capabilities = list(self.capabilities) if at_least_1_1(version) else []
             if not (
-                1 <= len(versions) <= 16
+                1 <= len(versions) <= rules.MAX_SUPPORTED_VERSIONS
                 and all(type(v) is str and is_version(v) for v in versions)
-                and len(self._tools) <= bounds.MAX_TOOLS
+                and len(self._tools) <= rules.MAX_TOOLS
                 and _capabilities_ok(capabilities)
             ):
                 from envelopes import codec
@@ -325,7 +313,7 @@ class Worker:
             flag: object = retryable  # from user code: ErrorInfo is strict about it
             if type(flag) is not bool:
                 return _slow_failure(request, sent, message, flag)
-            error = {"code": sent, "message": message[: bounds.MAX_MESSAGE]}
+            error = {"code": sent, "message": message[: rules.MAX_MESSAGE]}
             error["retryable"] = retryable  # type: ignore[assignment]
             envelope = _envelope(request, "error", "error", error)
             return _Answer(wire.dumps(envelope), True)
@@ -378,7 +366,7 @@ class Worker:
 
     def serve(self) -> None:
         """Serve one request from stdin to stdout and exit with the envelope's exit code."""
-        data = sys.stdin.buffer.read(bounds.MAX_REQUEST_BYTES + 1)
+        data = sys.stdin.buffer.read(rules.MAX_REQUEST_BYTES + 1)
         # Anything the tool (or a child process) prints goes to stderr, never into the
         # envelope: fd 1 points at stderr until the answer is written on the saved fd.
         # The flush comes after the switch, so prints still buffered from before run()
@@ -494,7 +482,7 @@ def _collected(request: RequestView, workspace: str | None) -> list[dict[str, An
             "base64_data": binascii.b2a_base64(data, newline=False).decode("ascii"),
         }
         name = path.rpartition("/")[2]
-        if len(name) <= 255 and name[0] in _FILENAME_START and _FILENAME_REST.issuperset(name):
+        if rules.FILENAME.match(name):
             part["filename"] = name
         part["path"] = path
         parts.append(part)
@@ -510,26 +498,19 @@ def _mixed(own: list[dict[str, Any]], collected: list[dict[str, Any]]) -> dict[s
 
 
 def _check_parts(count: int) -> None:
-    if count > bounds.MAX_PARTS:
+    if count > rules.MAX_PARTS:
         raise ToolError(
             "LIMIT_EXCEEDED",
-            f"the output would have {count} parts with the collected files,"
-            f" over {bounds.MAX_PARTS}",
+            f"the output would have {count} parts with the collected files, over {rules.MAX_PARTS}",
         )
 
 
 def _capabilities_ok(capabilities: list[str]) -> bool:
-    """Capabilities DescribeResult takes (bounds.CAPABILITY_PATTERN, unique, at most 16)."""
+    """Capabilities DescribeResult takes (rules.CAPABILITY_PATTERN, unique, at most 16)."""
     return (
-        len(capabilities) <= bounds.MAX_CAPABILITIES
+        len(capabilities) <= rules.MAX_CAPABILITIES
         and len(set(capabilities)) == len(capabilities)
-        and all(
-            type(c) is str
-            and 0 < len(c) <= 32
-            and c[0] in _CAPABILITY_START
-            and _CAPABILITY_REST.issuperset(c)
-            for c in capabilities
-        )
+        and all(rules.CAPABILITY.match(c) for c in capabilities)
     )
 
 
@@ -553,7 +534,7 @@ def ok_envelope(request: RequestView | ToolCallRequest, content: Any) -> dict[st
 
 def _fast_output(value: Any) -> dict[str, Any]:
     if type(value) is str:
-        if len(value) > bounds.MAX_STRING:
+        if len(value) > rules.MAX_STRING:
             raise _Slow
         return {"type": "text", "content": value}
     if not json_bounded(value, exact=True, max_depth=_FAST_DEPTH):

@@ -5,16 +5,16 @@ known good, and returns a RequestView when every field provably passes the model
 (envelopes.v1.ToolCallRequest: strict types, patterns, bounds, unknown fields ignored),
 or None when it cannot vouch for the document; the model then decides and words the
 refusal. So the checks here may refuse more than the model, never less: each is the
-model's rule spelled with str and int operations (the patterns are anchored and ASCII,
-and pydantic's regex engine has no `$`-before-newline quirk to mirror).
+model's rule as envelopes.rules spells it with str and int operations (the patterns
+the model checks are derived from the same rules; they are anchored and ASCII, and
+pydantic's regex engine has no `$`-before-newline quirk to mirror).
 """
 
 from __future__ import annotations
 
-from math import isfinite
-
-from envelopes import bounds
+from envelopes import rules
 from envelopes.events import NULL, Emitter, NullEmitter
+from envelopes.rules import is_extension_key, json_bounded
 from envelopes.wire import MAX_SAFE_INTEGER
 
 TYPE_CHECKING = False
@@ -22,113 +22,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from envelopes.v1 import ToolCallRequest
-
-_LOWER = "abcdefghijklmnopqrstuvwxyz"
-_ALNUM = frozenset(_LOWER + _LOWER.upper() + "0123456789")
-_DIGITS = frozenset("0123456789")
-_ID_REST = _ALNUM | frozenset("._:-")
-_NAME_START = frozenset(_LOWER + _LOWER.upper())
-_NAME_REST = _ALNUM | frozenset("_.-")
-_WORKER_VERSION_REST = _ALNUM | frozenset(".+_-")
-_NAMESPACE_PART = frozenset(_LOWER + "0123456789-")
-
-
-def is_id(value: object) -> bool:
-    """bounds.ID_PATTERN, max 128."""
-    return (
-        type(value) is str
-        and 0 < len(value) <= 128
-        and value[0] in _ALNUM
-        and _ID_REST.issuperset(value)
-    )
-
-
-def is_tool_name(value: object) -> bool:
-    """bounds.TOOL_NAME_PATTERN, max 64."""
-    return (
-        type(value) is str
-        and 0 < len(value) <= 64
-        and value[0] in _NAME_START
-        and _NAME_REST.issuperset(value)
-    )
-
-
-def is_worker_version(value: object) -> bool:
-    """bounds.WORKER_VERSION_PATTERN, 1 to 64 characters."""
-    return (
-        type(value) is str
-        and 0 < len(value) <= 64
-        and value[0] in _ALNUM
-        and _WORKER_VERSION_REST.issuperset(value)
-    )
-
-
-def is_version(value: object) -> bool:
-    """bounds.VERSION_PATTERN: digits.digits, one to four of each, no leading zero."""
-    if type(value) is not str:
-        return False
-    major, dot, minor = value.partition(".")
-    return bool(
-        dot
-        and 0 < len(major) <= 4
-        and 0 < len(minor) <= 4
-        and _DIGITS.issuperset(major)
-        and _DIGITS.issuperset(minor)
-        and (major == "0" or major[0] != "0")
-        and (minor == "0" or minor[0] != "0")
-    )
-
-
-def is_extension_key(value: object) -> bool:
-    """bounds.EXTENSION_KEY_PATTERN: `vendor.example/key`."""
-    if type(value) is not str:
-        return False
-    namespace, slash, key = value.partition("/")
-    if not slash or not (0 < len(key) <= 64 and key[0] in _ALNUM and _NAME_REST.issuperset(key)):
-        return False
-    first, *rest = namespace.split(".")
-    return (
-        bool(first)
-        and first[0] in _LOWER
-        and _NAMESPACE_PART.issuperset(first)
-        and all(part and _NAMESPACE_PART.issuperset(part) for part in rest)
-    )
-
-
-def json_bounded(value: object, *, exact: bool = False, max_depth: int = 0) -> bool:
-    """v1's bounds on a JSON value (string length, items, properties, key length, safe
-    integers, finite floats). `exact` also refuses subclasses of the JSON types (a value
-    a tool returned, which json and pydantic might write differently); `max_depth`, when
-    set, refuses values nested deeper."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        kind = type(node)
-        if kind is str:
-            if len(node) > bounds.MAX_STRING:  # type: ignore[arg-type]
-                return False
-        elif kind is dict or (not exact and isinstance(node, dict)):
-            if (max_depth and depth > max_depth) or len(node) > bounds.MAX_PROPERTIES:  # type: ignore[arg-type]
-                return False
-            for key, child in node.items():  # type: ignore[attr-defined]
-                if type(key) is not str or len(key) > bounds.MAX_KEY:
-                    return False
-                stack.append((child, depth + 1))
-        elif kind is list or (not exact and isinstance(node, list)):
-            if (max_depth and depth > max_depth) or len(node) > bounds.MAX_ITEMS:  # type: ignore[arg-type]
-                return False
-            stack.extend((child, depth + 1) for child in node)  # type: ignore[attr-defined]
-        elif node is None or kind is bool:
-            continue
-        elif kind is int:
-            if not -MAX_SAFE_INTEGER <= node <= MAX_SAFE_INTEGER:  # type: ignore[operator]
-                return False
-        elif kind is float:
-            if not isfinite(node):  # type: ignore[arg-type]
-                return False
-        else:  # not a JSON value, or a subclass of str, int or float: the model decides
-            return False
-    return True
 
 
 class _Fields:
@@ -194,14 +87,14 @@ class EventsView(_Fields):
         return _EVENTS_DEFAULTS.get(name) if value is None else value
 
 
-_FILE_DEFAULTS = {"encoding": "utf-8", "mode": bounds.FILE_MODE_DEFAULT}
+_FILE_DEFAULTS = {"encoding": "utf-8", "mode": rules.FILE_MODE_DEFAULT}
 _COLLECT_DEFAULTS = {
-    "max_files": bounds.COLLECT_DEFAULT_MAX_FILES,
-    "max_bytes": bounds.COLLECT_DEFAULT_MAX_BYTES,
+    "max_files": rules.COLLECT_DEFAULT_MAX_FILES,
+    "max_bytes": rules.COLLECT_DEFAULT_MAX_BYTES,
 }
 _EVENTS_DEFAULTS = {
-    "max_per_second": bounds.EVENTS_DEFAULT_MAX_PER_SECOND,
-    "max_bytes": bounds.EVENTS_DEFAULT_MAX_BYTES,
+    "max_per_second": rules.EVENTS_DEFAULT_MAX_PER_SECOND,
+    "max_bytes": rules.EVENTS_DEFAULT_MAX_BYTES,
 }
 
 
@@ -287,28 +180,25 @@ _NEWER = ("files", "collect", "events")
 
 def at_least_1_1(version: str) -> bool:
     """Whether `version` (a checked `major.minor`) is 1.1 or later."""
-    major, _, minor = version.partition(".")
-    return (int(major), int(minor)) >= (1, 1)
+    return rules.version_at_least(version, "1.1")
 
 
 def _collect_ok(collect: object) -> bool:
-    from envelopes.files import glob_problem
-
     if collect is None:
         return True
     if type(collect) is not dict:
         return False
     patterns = collect.get("patterns")
-    max_files = collect.get("max_files", bounds.COLLECT_DEFAULT_MAX_FILES)
-    max_bytes = collect.get("max_bytes", bounds.COLLECT_DEFAULT_MAX_BYTES)
+    max_files = collect.get("max_files", rules.COLLECT_DEFAULT_MAX_FILES)
+    max_bytes = collect.get("max_bytes", rules.COLLECT_DEFAULT_MAX_BYTES)
     return (
         type(patterns) is list
-        and 1 <= len(patterns) <= bounds.COLLECT_MAX_PATTERNS
-        and all(glob_problem(pattern) is None for pattern in patterns)
+        and 1 <= len(patterns) <= rules.COLLECT_MAX_PATTERNS
+        and all(rules.glob_problem(pattern) is None for pattern in patterns)
         and type(max_files) is int
-        and 1 <= max_files <= bounds.COLLECT_MAX_FILES_CEILING
+        and 1 <= max_files <= rules.COLLECT_MAX_FILES_CEILING
         and type(max_bytes) is int
-        and 1 <= max_bytes <= bounds.COLLECT_MAX_BYTES_CEILING
+        and 1 <= max_bytes <= rules.COLLECT_MAX_BYTES_CEILING
     )
 
 
@@ -317,13 +207,13 @@ def _events_ok(events: object) -> bool:
         return True
     if type(events) is not dict:
         return False
-    rate = events.get("max_per_second", bounds.EVENTS_DEFAULT_MAX_PER_SECOND)
-    size = events.get("max_bytes", bounds.EVENTS_DEFAULT_MAX_BYTES)
+    rate = events.get("max_per_second", rules.EVENTS_DEFAULT_MAX_PER_SECOND)
+    size = events.get("max_bytes", rules.EVENTS_DEFAULT_MAX_BYTES)
     return (
         type(rate) is int
-        and 1 <= rate <= bounds.EVENTS_MAX_PER_SECOND_CEILING
+        and 1 <= rate <= rules.EVENTS_MAX_PER_SECOND_CEILING
         and type(size) is int
-        and 1 <= size <= bounds.EVENTS_MAX_BYTES_CEILING
+        and 1 <= size <= rules.EVENTS_MAX_BYTES_CEILING
     )
 
 
@@ -358,10 +248,10 @@ def _context_ok(context: object) -> bool:
         return False
     attempt = context.get("attempt")
     return (
-        _optional_text(context, "session_id", 128)
-        and _optional_text(context, "call_id", 128)
-        and _optional_text(context, "idempotency_key", 256)
-        and (attempt is None or (type(attempt) is int and 1 <= attempt <= 1_000_000))
+        _optional_text(context, "session_id", rules.MAX_CONTEXT_ID)
+        and _optional_text(context, "call_id", rules.MAX_CONTEXT_ID)
+        and _optional_text(context, "idempotency_key", rules.MAX_IDEMPOTENCY_KEY)
+        and (attempt is None or (type(attempt) is int and 1 <= attempt <= rules.MAX_ATTEMPT))
     )
 
 
@@ -370,7 +260,7 @@ def _extensions_ok(extensions: object) -> bool:
         return True
     return (
         type(extensions) is dict
-        and len(extensions) <= bounds.MAX_EXTENSIONS
+        and len(extensions) <= rules.MAX_EXTENSIONS
         and all(is_extension_key(key) for key in extensions)
         and json_bounded(list(extensions.values()))
     )
@@ -381,16 +271,16 @@ def check_call(doc: dict[str, Any]) -> RequestView | None:
     tool, limits, deadline = doc.get("tool"), doc.get("limits"), doc.get("deadline_ms")
     arguments = doc.get("arguments")
     if not (
-        is_id(doc.get("id"))
+        rules.ID.match(doc.get("id"))
         and type(tool) is dict
-        and is_tool_name(tool.get("name"))
+        and rules.TOOL_NAME.match(tool.get("name"))
         and type(arguments) is dict
         and json_bounded(arguments)
         and type(deadline) is int
         and 0 <= deadline <= MAX_SAFE_INTEGER
         and type(limits) is dict
         and type(limits.get("max_result_bytes")) is int
-        and 1 <= limits["max_result_bytes"] <= bounds.MAX_RESULT_BYTES_CEILING
+        and 1 <= limits["max_result_bytes"] <= rules.MAX_RESULT_BYTES_CEILING
         and _context_ok(doc.get("context"))
         and _extensions_ok(doc.get("extensions"))
         and _newer_ok(doc)

@@ -5,7 +5,9 @@ of `jsonschema.Draft202012Validator(schema).is_valid(value)`, or None when the s
 uses anything outside a small, common subset (then the worker uses jsonschema itself).
 It also returns None for a schema it cannot prove well formed, so that `check_schema`
 still reports it. Only validity is computed here: the message for a refused value comes
-from jsonschema's `best_match`, imported on that (rare) path only.
+from jsonschema's `best_match`, imported on that (rare) path only. Why not jsonschema
+always: importing it and building a validator costs a fresh worker about 150 ms (it pulls
+in referencing, rpds and attrs), this module about 0.5 ms, and a worker starts per call.
 
 The subset: boolean schemas; `type` (one name or a list); `properties`, `required`,
 `additionalProperties`; `items` (one schema), `minItems`, `maxItems`; `minLength`,

@@ -7,7 +7,7 @@ running Docker engine and the images of `scripts/build-images`.
 
     scripts/bench [--json FILE]
                   [--only local,docker,pool,runtimes,throughput,sessions,postgres,server,
-                          events,claims,workers]
+                          events,claims,workers,bodies,wire]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from bench_events import bench_events
 from bench_runtimes import bench_runtimes
 from bench_server import bench_server
 from bench_sessions import bench_postgres, bench_sessions
+from bench_wire import bench_wire
 from bench_workers import bench_workers
 from benchkit import Report, Row, compared, p95, render, request, timed
 
@@ -62,7 +63,7 @@ MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCall
                   "\"version\":\"1.0\",\"id\":\"bench-0\",\"status\":\"ok\","
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
 ROWS = ("local", "docker", "pool", "runtimes", "throughput", "sessions", "postgres", "server",
-        "events", "claims", "workers", "bodies")  # fmt: skip
+        "events", "claims", "workers", "bodies", "wire")  # fmt: skip
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
 POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
 
@@ -313,6 +314,8 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
     if "bodies" in only:  # hostile JSON bodies: the reader and the server (bench_bodies.py)
         with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
             await anyio.to_thread.run_sync(bench_bodies, report, Path(directory))
+    if "wire" in only:  # envelopes.wire's _json against plain json (bench_wire.py)
+        await anyio.to_thread.run_sync(bench_wire, report)
     report.machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.machine["seconds"] = round(time.perf_counter() - started, 1)
     print(render(report))

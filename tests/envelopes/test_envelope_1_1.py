@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from envelopes import bounds, codec, schema, wire
+from envelopes import codec, rules, schema, wire
 from envelopes import files as stdlib_files
 from envelopes.codec import MalformedOutput
 from envelopes.v1 import (
@@ -155,17 +155,17 @@ BAD_PATHS = [
     ("a//b", "empty component"),
     ("a/", "ends with '/'"),
     ("a\x00b", "NUL"),
-    ("a\x1b[31m", "control character U+001B"),
-    ("a\nb", "control character U+000A"),
-    ("a\tb", "control character U+0009"),
-    ("a\x7fb", "control character U+007F"),
-    ("a\x85b", "control character U+0085"),
+    ("a\x1b[31m", "control character (U+001B)"),
+    ("a\nb", "control character (U+000A)"),
+    ("a\tb", "control character (U+0009)"),
+    ("a\x7fb", "control character (U+007F)"),
+    ("a\x85b", "control character (U+0085)"),
     ("a\\b", "backslash"),
     ("..\\x", "backslash"),
-    ("evil\u202etxt.exe", "bidi control U+202E"),
-    ("a\u2066b", "bidi control U+2066"),
-    ("a\u061cb", "bidi control U+061C"),
-    ("a\u200fb", "bidi control U+200F"),
+    ("evil\u202etxt.exe", "bidirectional-text control (U+202E)"),
+    ("a\u2066b", "bidirectional-text control (U+2066)"),
+    ("a\u061cb", "bidirectional-text control (U+061C)"),
+    ("a\u200fb", "bidirectional-text control (U+200F)"),
     ("x" * 256, "component 1 is 256 bytes"),
     ("a/" + "x" * 256, "component 2 is 256 bytes"),
     ("/".join(["x" * 200] * 6), "longer than 1024 bytes"),
@@ -290,7 +290,7 @@ def test_good_base64_is_accepted_and_sized(content: str) -> None:
     accepted_by_both("tool-call-request", files(file(content=content, encoding="base64")))
     assert base64_decoded_size(content) == len(base64.b64decode(content))
     assert is_padded_base64(content)
-    assert re.fullmatch(bounds.BASE64_PADDED_PATTERN, content)
+    assert re.fullmatch(rules.BASE64_PADDED_PATTERN, content)
 
 
 def test_base64_rules_do_not_apply_to_utf8_content() -> None:
@@ -374,29 +374,29 @@ def test_siblings_and_shared_prefixes_are_fine() -> None:
 
 
 def test_the_file_count_is_capped() -> None:
-    many = [file(f"f{i}") for i in range(bounds.FILES_MAX_COUNT)]
+    many = [file(f"f{i}") for i in range(rules.FILES_MAX_COUNT)]
     accepted_by_both("tool-call-request", request(files=many))
     refused_by_both(
         "tool-call-request",
         request(files=[*many, file("one-more")]),
         "files:",
-        f"at most {bounds.FILES_MAX_COUNT} items",
+        f"at most {rules.FILES_MAX_COUNT} items",
     )
 
 
 def test_the_decoded_total_is_capped() -> None:
-    half = bounds.FILES_MAX_BYTES // 2
+    half = rules.FILES_MAX_BYTES // 2
     exact = [file("a", content="x" * half), file("b", content="y" * half)]
     assert ToolCallRequest.model_validate(request(files=exact)).files is not None
     over = [file("a", content="x" * half), file("b", content="\u00e9" * (half // 2) + "z")]
     problem = model_problem("tool-call-request", request(files=over))
     assert problem is not None
-    assert f"{bounds.FILES_MAX_BYTES + 1} bytes decoded in total" in problem
+    assert f"{rules.FILES_MAX_BYTES + 1} bytes decoded in total" in problem
     # Base64 counts decoded bytes: 3 bytes per 4 characters.
-    encoded = base64.b64encode(b"\x00" * (bounds.FILES_MAX_BYTES - half + 3)).decode()
+    encoded = base64.b64encode(b"\x00" * (rules.FILES_MAX_BYTES - half + 3)).decode()
     over = [file("a", content="x" * half), file("b", content=encoded, encoding="base64")]
     problem = model_problem("tool-call-request", request(files=over))
-    assert problem is not None and f"{bounds.FILES_MAX_BYTES + 3} bytes" in problem
+    assert problem is not None and f"{rules.FILES_MAX_BYTES + 3} bytes" in problem
 
 
 def test_utf8_content_with_a_lone_surrogate_is_refused() -> None:
@@ -423,8 +423,8 @@ def test_collect_defaults_and_caps() -> None:
     assert (loaded.max_files, loaded.max_bytes) == (64, 16 * 1024 * 1024)
     top = {
         "patterns": ["*"] * 64,
-        "max_files": bounds.COLLECT_MAX_FILES_CEILING,
-        "max_bytes": bounds.COLLECT_MAX_BYTES_CEILING,
+        "max_files": rules.COLLECT_MAX_FILES_CEILING,
+        "max_bytes": rules.COLLECT_MAX_BYTES_CEILING,
     }
     accepted_by_both("tool-call-request", request(collect=top))
     for changes, words in [
@@ -461,9 +461,9 @@ def test_event_budget_defaults_and_caps() -> None:
     "event",
     [
         {"type": "log", "stream": "stdout", "text": "line 1\nline 2"},
-        {"type": "log", "stream": "stderr", "text": "x" * bounds.EVENT_TEXT_MAX},
+        {"type": "log", "stream": "stderr", "text": "x" * rules.EVENT_TEXT_MAX},
         {"type": "progress", "fraction": 0},
-        {"type": "progress", "fraction": 1, "message": "m" * bounds.EVENT_MESSAGE_MAX},
+        {"type": "progress", "fraction": 1, "message": "m" * rules.EVENT_MESSAGE_MAX},
         {"type": "progress", "fraction": 0.25, "message": "compiling"},
         {"type": "partial", "text": "so far"},
         {"type": "dropped", "count": 3},
@@ -478,13 +478,13 @@ def test_valid_events(event: dict[str, Any]) -> None:
     [
         {"type": "log", "stream": "stdin", "text": "x"},
         {"type": "log", "text": "x"},
-        {"type": "log", "stream": "stdout", "text": "x" * (bounds.EVENT_TEXT_MAX + 1)},
+        {"type": "log", "stream": "stdout", "text": "x" * (rules.EVENT_TEXT_MAX + 1)},
         {"type": "log", "stream": "stdout", "text": "x", "level": "info"},  # closed
         {"type": "progress", "fraction": 1.5},
         {"type": "progress", "fraction": -0.1},
         {"type": "progress", "fraction": "0.5"},
-        {"type": "progress", "fraction": 0.5, "message": "m" * (bounds.EVENT_MESSAGE_MAX + 1)},
-        {"type": "partial", "text": "x" * (bounds.EVENT_TEXT_MAX + 1)},
+        {"type": "progress", "fraction": 0.5, "message": "m" * (rules.EVENT_MESSAGE_MAX + 1)},
+        {"type": "partial", "text": "x" * (rules.EVENT_TEXT_MAX + 1)},
         {"type": "dropped", "count": 0},
         {"type": "dropped", "count": 1.5},
         {"type": "result", "text": "x"},
@@ -496,20 +496,20 @@ def test_invalid_events(event: dict[str, Any]) -> None:
 
 
 def test_event_constants_match_the_contract() -> None:
-    assert bounds.EVENT_RECORD_SEPARATOR == b"\x1e"
-    assert (bounds.EVENT_MAX_LINE_BYTES, bounds.EVENT_TEXT_MAX) == (16384, 8192)
-    assert bounds.EVENT_TYPES == ("log", "progress", "partial", "dropped")
-    assert bounds.EVENTS_MAX_DELIVERED == 10000
+    assert rules.EVENT_RECORD_SEPARATOR == b"\x1e"
+    assert (rules.EVENT_MAX_LINE_BYTES, rules.EVENT_TEXT_MAX) == (16384, 8192)
+    assert rules.EVENT_TYPES == ("log", "progress", "partial", "dropped")
+    assert rules.EVENTS_MAX_DELIVERED == 10000
 
 
 # --- output_tail: bounded, and runner-only -----------------------------------------------
 
 
 def test_output_tail_is_bounded() -> None:
-    accepted_by_both("tool-call-result", error_result(output_tail="t" * bounds.OUTPUT_TAIL_MAX))
+    accepted_by_both("tool-call-result", error_result(output_tail="t" * rules.OUTPUT_TAIL_MAX))
     refused_by_both(
         "tool-call-result",
-        error_result(output_tail="t" * (bounds.OUTPUT_TAIL_MAX + 1)),
+        error_result(output_tail="t" * (rules.OUTPUT_TAIL_MAX + 1)),
         "error.output_tail",
         "at most 65536 characters",
     )
@@ -517,10 +517,10 @@ def test_output_tail_is_bounded() -> None:
 
 
 def test_fail_keeps_the_end_of_the_tail_and_speaks_1_1() -> None:
-    tail = "a" * 10 + "b" * bounds.OUTPUT_TAIL_MAX
+    tail = "a" * 10 + "b" * rules.OUTPUT_TAIL_MAX
     result = ToolCallResult.fail("c", "WORKER_TIMEOUT", "deadline", True, output_tail=tail)
     assert result.version == "1.1"
-    assert result.error is not None and result.error.output_tail == "b" * bounds.OUTPUT_TAIL_MAX
+    assert result.error is not None and result.error.output_tail == "b" * rules.OUTPUT_TAIL_MAX
     plain = ToolCallResult.fail("c", "WORKER_TIMEOUT", "deadline", True)
     assert plain.version == "1.0" and "output_tail" not in plain.to_wire()["error"]
 
@@ -582,7 +582,7 @@ def test_capabilities_bounds() -> None:
     accepted_by_both("describe-result", {**DESCRIBE, "capabilities": ["files", "events"]})
     accepted_by_both("describe-result", {**DESCRIBE, "capabilities": []})
     accepted_by_both("describe-result", {**DESCRIBE, "capabilities": ["x-1_y", "a" * 32]})
-    many = [f"c{i}" for i in range(bounds.MAX_CAPABILITIES)]
+    many = [f"c{i}" for i in range(rules.MAX_CAPABILITIES)]
     accepted_by_both("describe-result", {**DESCRIBE, "capabilities": many})
     for capabilities, words in [
         ([*many, "one-more"], "at most 16 items"),
@@ -601,10 +601,10 @@ def test_capabilities_bounds() -> None:
 
 
 def test_capabilities_constants() -> None:
-    assert {bounds.CAPABILITY_FILES, bounds.CAPABILITY_EVENTS} == bounds.KNOWN_CAPABILITIES
-    assert (bounds.CAPABILITY_FILES, bounds.CAPABILITY_EVENTS) == ("files", "events")
-    for known in bounds.KNOWN_CAPABILITIES:
-        assert re.fullmatch(bounds.CAPABILITY_PATTERN, known)
+    assert {rules.CAPABILITY_FILES, rules.CAPABILITY_EVENTS} == rules.KNOWN_CAPABILITIES
+    assert (rules.CAPABILITY_FILES, rules.CAPABILITY_EVENTS) == ("files", "events")
+    for known in rules.KNOWN_CAPABILITIES:
+        assert re.fullmatch(rules.CAPABILITY_PATTERN, known)
 
 
 def test_a_describe_built_with_capabilities_speaks_1_1() -> None:
@@ -696,9 +696,9 @@ def test_version_comparison_is_numeric() -> None:
 
 
 def test_negotiation_constants() -> None:
-    assert bounds.VERSION == "1.0"
-    assert bounds.LATEST_VERSION == "1.1"
-    assert bounds.SUPPORTED_VERSIONS == ("1.0", "1.1")
+    assert rules.VERSION == "1.0"
+    assert rules.LATEST_VERSION == "1.1"
+    assert rules.SUPPORTED_VERSIONS == ("1.0", "1.1")
 
 
 def test_path_key_folds_case_and_normalization() -> None:

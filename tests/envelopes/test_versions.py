@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from envelopes import bounds, codec, schema, wire, worker_request
+from envelopes import codec, rules, schema, wire
 from envelopes.v1 import (
     RESERVED_ID,
     ToolCallRequest,
@@ -28,15 +28,15 @@ CALL = {"kind": "ToolCallRequest", "version": "1.0", "id": "t1", "tool": {"name"
 @pytest.mark.parametrize("text", ["1.0", "1.1", "0.9", "1.10", "9999.9999", "0.0"])
 def test_versions(text: str) -> None:
     assert version_tuple(text) is not None
-    assert worker_request.is_version(text)
-    assert re.fullmatch(bounds.VERSION_PATTERN.strip("^$"), text)
+    assert rules.is_version(text)
+    assert re.fullmatch(rules.VERSION_PATTERN.strip("^$"), text)
 
 
 @pytest.mark.parametrize("text", ["1.01", "01.0", "00.1", "1.00", "1", "2", "1.0.0", "v1.0",
                                   " 1.0", "1.0\n", "10000.0", "", "1.", ".1"])  # fmt: skip
 def test_not_versions(text: str) -> None:
     assert version_tuple(text) is None
-    assert not worker_request.is_version(text)
+    assert not rules.is_version(text)
     assert not schema.validator("describe-request").is_valid(
         {"kind": "DescribeRequest", "version": text}
     )
@@ -45,7 +45,7 @@ def test_not_versions(text: str) -> None:
 def test_versions_compare_as_numbers() -> None:
     assert version_at_least("1.10", "1.9")
     assert highest_version(["1.9", "1.10", "1.0"]) == "1.10"
-    assert highest_version(list(bounds.SUPPORTED_VERSIONS)) == "1.1"
+    assert highest_version(list(rules.SUPPORTED_VERSIONS)) == "1.1"
 
 
 def refusal(doc: dict[str, Any], supported: tuple[str, ...] = ("1.0", "1.1")) -> codec.RequestError:
@@ -107,8 +107,8 @@ def test_the_sdk_answers_unsupported_version_in_the_version_it_speaks(kind: str)
 
 
 def test_the_reserved_id_is_one_no_request_can_carry() -> None:
-    assert not re.fullmatch(bounds.ID_PATTERN.strip("^$"), RESERVED_ID)
-    assert not worker_request.is_id(RESERVED_ID)
+    assert not re.fullmatch(rules.ID_PATTERN.strip("^$"), RESERVED_ID)
+    assert not rules.ID.match(RESERVED_ID)
     assert refusal({**CALL, "id": RESERVED_ID}).code == "INVALID_REQUEST"
     answer = sdk().handle(b"not json")
     assert isinstance(answer, ToolCallResult) and answer.id == RESERVED_ID

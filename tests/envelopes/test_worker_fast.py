@@ -10,12 +10,12 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import jsonschema
 import pytest
 
-from envelopes import bounds, v1, wire, worker_request
+from envelopes import rules, v1, wire, worker_request
 from envelopes.v1 import ToolCallRequest
 from envelopes.worker import Worker
 from envelopes.worker_schema import compile_schema
@@ -63,14 +63,14 @@ VARIANTS = [
     (("tool", "extra"), 1),
     (("arguments",), []),
     (("arguments",), {"k" * 1025: 1}),
-    (("arguments",), {"a": list(range(bounds.MAX_ITEMS + 1))}),
+    (("arguments",), {"a": list(range(rules.MAX_ITEMS + 1))}),
     (("deadline_ms",), True),
     (("deadline_ms",), 1.0),
     (("deadline_ms",), -1),
     (("deadline_ms",), 2**53),
     (("limits",), {}),
     (("limits", "max_result_bytes"), 0),
-    (("limits", "max_result_bytes"), bounds.MAX_RESULT_BYTES_CEILING + 1),
+    (("limits", "max_result_bytes"), rules.MAX_RESULT_BYTES_CEILING + 1),
     (("limits", "max_result_bytes"), "7"),
     (("context",), None),
     (("context",), DELETE),
@@ -89,7 +89,7 @@ VARIANTS = [
     (("extensions",), {"a.b-c/K_9.-": 1}),
     (("extensions",), {"a/": 1}),
     (("extensions",), {"a/b/c": 1}),
-    (("extensions",), {f"v/k{i}": i for i in range(bounds.MAX_EXTENSIONS + 1)}),
+    (("extensions",), {f"v/k{i}": i for i in range(rules.MAX_EXTENSIONS + 1)}),
     (("unknown_field",), {"ignored": True}),
 ]
 
@@ -124,31 +124,40 @@ def test_the_common_request_is_vouched_for() -> None:
 @pytest.mark.parametrize(
     ("pattern", "check", "samples"),
     [
-        (bounds.ID_PATTERN, worker_request.is_id, ["a", "a" * 128, "a" * 129, ":x", "x:"]),
-        (bounds.TOOL_NAME_PATTERN, worker_request.is_tool_name, ["a", "a.b-c_d", "_a", "a b"]),
-        (bounds.VERSION_PATTERN, worker_request.is_version, ["1.0", "12345.1", "1.", "1.0.0"]),
+        (rules.ID_PATTERN, rules.ID.match, ["a", "a" * 128, "a" * 129, ":x", "x:"]),
+        (rules.TOOL_NAME_PATTERN, rules.TOOL_NAME.match, ["a", "a.b-c_d", "_a", "a b"]),
+        (rules.VERSION_PATTERN, rules.is_version, ["1.0", "12345.1", "1.", "1.0.0", "01.1"]),
         (
-            bounds.EXTENSION_KEY_PATTERN,
-            worker_request.is_extension_key,
+            rules.EXTENSION_KEY_PATTERN,
+            rules.is_extension_key,
             ["a/b", "a.b/c", "a-/b", "-a/b", "a.-/b", "a./b", "A/b", "a/b.c", "a/" + "b" * 65],
         ),
-        (bounds.WORKER_VERSION_PATTERN, worker_request.is_worker_version, ["1", "1+x", "+1"]),
+        (rules.WORKER_VERSION_PATTERN, rules.WORKER_VERSION.match, ["1", "1+x", "+1", "1" * 65]),
+        (rules.CAPABILITY_PATTERN, rules.CAPABILITY.match, ["files", "a-b_c", "1a", "A", "a" * 33]),
+        (rules.CRITICAL_MEMBER_PATTERN, rules.CRITICAL_MEMBER.match, ["files", "a_b", "a-b"]),
+        (rules.FILENAME_PATTERN, rules.FILENAME.match, ["a b.txt", " a", "_x", "a" * 256]),
+        (rules.MIME_PATTERN, None, ["image/png", "a/b+c", "a/", "A/b", "a/b c", "a" * 65 + "/b"]),
     ],
 )
 def test_pattern_checks_match_the_patterns(pattern: str, check, samples: list[str]) -> None:
+    """Each rule of envelopes.rules, read as its published pattern and as its check."""
     import re
 
+    longest = {t.pattern: t.longest for t in vars(rules).values() if isinstance(t, rules.Token)}
     for sample in [*samples, "", "ü", "a\n", "1.0\n"]:
         fits = re.fullmatch(pattern.strip("^$"), sample) is not None
-        if pattern == bounds.ID_PATTERN or pattern == bounds.TOOL_NAME_PATTERN:
-            fits = fits and len(sample) <= (128 if pattern == bounds.ID_PATTERN else 64)
-        if pattern == bounds.WORKER_VERSION_PATTERN:
-            fits = fits and len(sample) <= 64
-        assert check(sample) is fits, sample
+        fits = fits and len(sample) <= longest.get(pattern, 193)
+        if check is None:  # MIME: two tokens and a slash
+            kind, slash, sub = sample.partition("/")
+            verdict = bool(slash) and rules.MIME_TYPE.match(kind) and rules.MIME_SUBTYPE.match(sub)
+        else:
+            verdict = check(sample)
+        assert verdict is fits, sample
 
 
-def test_the_bounds_module_spells_v1s_error_codes() -> None:
-    assert bounds.WORKER_ERROR_CODE_NAMES == v1.WORKER_ERROR_CODES
+def test_the_rules_module_spells_v1s_error_codes() -> None:
+    assert rules.WORKER_ERROR_CODE_NAMES == v1.WORKER_ERROR_CODES
+    assert get_args(v1.Effects) == rules.EFFECTS
 
 
 # --- compiled schemas -----------------------------------------------------------------
