@@ -9,7 +9,6 @@ a composite store in its primary's. `audit_log_of(store)` finds a store's log,
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from runner.isolation.audit import (
     read_audit_file,
     select,
 )
-from runner.stores.base import SessionStore, StoreError
+from runner.stores.base import AuditLog, SessionStore, StoreError
 from runner.stores.composite import CompositeStore
 from runner.stores.files import FileSessionStore
 
@@ -29,20 +28,6 @@ from runner.stores.files import FileSessionStore
 FILE_STORE_AUDIT = "audit.jsonl"
 #: The columns an audit row has besides the record itself, as the table names them.
 AUDIT_COLUMNS = "at_ms, session_id, call_id, tool, runner, outcome, record"
-
-
-class AuditLog(ABC):
-    """Somewhere records are appended and listed."""
-
-    description: str = "audit log"
-
-    @abstractmethod
-    def append_audit(self, record: AuditRecord) -> None:
-        """Append one record, durably; never changes one already there."""
-
-    @abstractmethod
-    def audit_records(self, query: AuditQuery) -> list[AuditRecord]:
-        """The records `query` asks for, oldest first (the newest `query.limit`)."""
 
 
 def audit_row(record: AuditRecord) -> tuple[Any, ...]:
