@@ -163,22 +163,6 @@ class Claim:
     call: TrackedCall | None = None
 
 
-#: The claims columns `claim_from_row` reads, in its order.
-CLAIM_COLUMNS = (
-    "token, session_id, call_id, tool, worker, state, expires_ms, lease_ms, continuation"
-)
-CLAIM_STATES: tuple[ClaimState, ...] = ("held", "released", "lapsed", "done")
-
-
-def claim_from_row(row: tuple[Any, ...] | Any, call: TrackedCall | None = None) -> Claim:
-    """A Claim from a row of CLAIM_COLUMNS."""
-    token, session_id, call_id, tool, worker, state, expires_ms, lease_ms, continuation = row
-    if state not in CLAIM_STATES:
-        raise StoreError(f"claim {token}: unknown state {state!r} in the store")
-    return Claim(token, session_id, call_id, tool, worker, state, int(expires_ms),
-                 int(lease_ms), continuation, call)  # fmt: skip
-
-
 class ClaimLost(StoreError):
     """A claim token that no longer holds its call. `state` is the claim's (lapsed: the
     call went to unknown_outcome; done: its result was given), or None when no claim has
