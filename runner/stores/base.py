@@ -1,20 +1,26 @@
 """The store interfaces, as types: what a backend can do is the class it derives from.
 
+A store is made of small parts, each an interface here:
+
 - SessionStore: sessions with compare-and-set, agent definitions, the continuation index.
   Every write that advances a session is a compare-and-set on its version: `save`
   succeeds only if the stored version is still `session.version` and returns the session
-  with the new version; otherwise it raises VersionConflict and changes nothing.
-- DurableStore: a SessionStore several processes can share. It adds leases whose fencing
-  tokens guard every advancing write (`save(session, fences)` refuses a stale holder with
-  FencedOut, zero rows changed), the effect ledger that records every isolated call before
-  and after it runs, late results and the tool cache, and the event log: every write
-  that changes a call's state or a session's status appends its events (runner.state.events)
-  in the same transaction, numbered in commit order, which the server streams. Claims
-  lease deferred calls to external workers under tokens that fence (ClaimLost).
+  with the new version; otherwise it raises VersionConflict and changes nothing. Alone,
+  it is a store for one process (files.py).
+- FencedSessions: the same, whose `save(session, fences)` refuses a stale lease holder
+  with FencedOut (zero rows changed).
+- Leases (leases whose fencing tokens guard every advancing write, and due work), EventLog
+  (every write that changes a call's state or a session's status appends its events,
+  runner.state.events, in the same transaction, numbered in commit order, which the
+  server streams), EffectLedger (every isolated call recorded before and after it runs;
+  late results), CallClaims (deferred calls leased to external workers under tokens
+  that fence, ClaimLost), ToolCache, AuditLog.
+- DurableStore: all of them but the audit log, the store several processes can share.
 
-Backends: sqlite.py (durable, the embedded default), postgres/ (durable, shared by workers
+Backends: sqlite/ (durable, the embedded default), postgres/ (durable, shared by workers
 on many hosts), files.py (sessions as JSON files; single process), composite.py (reads
-fall through; as durable as its primary).
+fall through; as durable as its primary). composed.py assembles a DurableStore from
+parts; sql/ holds the parts and the SQL the two database engines share.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self
 
+from runner.isolation.audit import AuditQuery, AuditRecord
 from runner.state import Session, ToolResult, TrackedCall
 
 
@@ -156,22 +163,6 @@ class Claim:
     call: TrackedCall | None = None
 
 
-#: The claims columns `claim_from_row` reads, in its order.
-CLAIM_COLUMNS = (
-    "token, session_id, call_id, tool, worker, state, expires_ms, lease_ms, continuation"
-)
-CLAIM_STATES: tuple[ClaimState, ...] = ("held", "released", "lapsed", "done")
-
-
-def claim_from_row(row: tuple[Any, ...] | Any, call: TrackedCall | None = None) -> Claim:
-    """A Claim from a row of CLAIM_COLUMNS."""
-    token, session_id, call_id, tool, worker, state, expires_ms, lease_ms, continuation = row
-    if state not in CLAIM_STATES:
-        raise StoreError(f"claim {token}: unknown state {state!r} in the store")
-    return Claim(token, session_id, call_id, tool, worker, state, int(expires_ms),
-                 int(lease_ms), continuation, call)  # fmt: skip
-
-
 class ClaimLost(StoreError):
     """A claim token that no longer holds its call. `state` is the claim's (lapsed: the
     call went to unknown_outcome; done: its result was given), or None when no claim has
@@ -245,20 +236,19 @@ class SessionStore(ABC):
         self.close()
 
 
-class DurableStore(SessionStore):
-    """A store several processes can share: leases with fencing tokens that guard every
-    advancing write, the effect ledger, late results and the tool cache, in one clock.
-
-    The engine refuses to advance sessions concurrently (a worker, `resume` from more
-    than one process) on anything less; see runner.session.storage.require_durable.
-    """
+class FencedSessions(SessionStore):
+    """The sessions part of a durable store: `save` also takes the fences that guard it."""
 
     @abstractmethod
     def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
         """Compare-and-set as in SessionStore, and FencedOut (zero rows changed) when
         any fence's token is no longer the newest for its lease."""
 
-    # --- leases (names are session ids) ---------------------------------------------
+
+class Leases(ABC):
+    """Leases and due work: who may advance a session now (names are session ids), and
+    which sessions are due. `due_sessions` offers sessions; it hands nothing over: a
+    worker still takes each one's lease."""
 
     @abstractmethod
     def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
@@ -291,10 +281,11 @@ class DurableStore(SessionStore):
         time.sleep(timeout_s)
         return False
 
-    # --- the event log ----------------------------------------------------------------
-    # `create` and `save` append their events (runner.state.events) in the transaction
-    # that writes the session, numbered in commit order: a reader that has seen seq N
-    # has seen every smaller one, so resuming after N never misses one.
+
+class EventLog(ABC):
+    """The event log. `create` and `save` append their events (runner.state.events) in
+    the transaction that writes the session, numbered in commit order: a reader that has
+    seen seq N has seen every smaller one, so resuming after N never misses one."""
 
     @abstractmethod
     def events(self, after: int, limit: int = 500, session_id: str | None = None) -> list[Event]:
@@ -311,7 +302,9 @@ class DurableStore(SessionStore):
         time.sleep(timeout_s)
         return False
 
-    # --- the effect ledger and late results -----------------------------------------
+
+class EffectLedger(ABC):
+    """The effect ledger (one row per isolated call's latest attempt) and late results."""
 
     @abstractmethod
     def effect(self, idempotency_key: str) -> Effect | None: ...
@@ -327,9 +320,12 @@ class DurableStore(SessionStore):
     @abstractmethod
     def late_results(self, session_id: str) -> list[tuple[str, ToolResult]]: ...
 
-    # --- claims ---------------------------------------------------------------------
-    # Deferred calls handed to external workers under a lease (runner.session.claims
-    # sweeps the lapsed ones; runner.server.claims is the HTTP side). All in store time.
+
+class CallClaims(ABC):
+    """Deferred-call claims: deferred calls handed to external workers under a lease of
+    their own (runner.session.claims sweeps the lapsed ones; runner.server.claims is the
+    HTTP side). All in store time. Not to be confused with a due-session offer
+    (Leases.due_sessions), which hands a worker nothing but a hint."""
 
     @abstractmethod
     def claim_calls(
@@ -371,25 +367,43 @@ class DurableStore(SessionStore):
         operator forced a new attempt, so the call is deferred again (`session retry
         --force`). Nothing changes for a call without a lapsed claim."""
 
-    # --- the tool cache -------------------------------------------------------------
-
-    @abstractmethod
-    def get(self, tool: str, arguments: dict[str, Any]) -> ToolResult | None: ...
-
-    @abstractmethod
-    def put(
-        self, tool: str, arguments: dict[str, Any], result: ToolResult, ttl_s: float | None
-    ) -> None: ...
-
 
 class ToolCache(Protocol):
-    """What the `cache` decorator needs (a DurableStore is one)."""
+    """The tool cache: what the `cache` decorator needs (a DurableStore is one)."""
 
+    @abstractmethod
     def get(self, tool: str, arguments: dict[str, Any]) -> ToolResult | None: ...
 
+    @abstractmethod
     def put(
         self, tool: str, arguments: dict[str, Any], result: ToolResult, ttl_s: float | None
     ) -> None: ...
+
+
+class AuditLog(ABC):
+    """The audit log: somewhere records of isolated calls are appended and listed
+    (runner.stores.audit finds a store's)."""
+
+    description: str = "audit log"
+
+    @abstractmethod
+    def append_audit(self, record: AuditRecord) -> None:
+        """Append one record, durably; never changes one already there."""
+
+    @abstractmethod
+    def audit_records(self, query: AuditQuery) -> list[AuditRecord]:
+        """The records `query` asks for, oldest first (the newest `query.limit`)."""
+
+
+class DurableStore(FencedSessions, Leases, EventLog, EffectLedger, CallClaims, ToolCache):
+    """A store several processes can share: its sessions, leases and due work, the event
+    log, the effect ledger, deferred-call claims and the tool cache, in one clock (each
+    part above states its share of the contract). runner.stores.composed.ComposedStore
+    builds one from part objects; every backend is one.
+
+    The engine refuses to advance sessions concurrently (a worker, `resume` from more
+    than one process) on anything less; see runner.session.storage.require_durable.
+    """
 
 
 def cache_key(tool: str, arguments: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -263,6 +264,53 @@ class Database:
                     " load the session again to see whether it was applied"
                 )
             time.sleep(_backoff(attempt, give_up))  # in progress, or the server is away
+
+
+class Listener:
+    """A LISTEN connection of its own for one channel, opened at the first wait and again
+    after a failure (meanwhile a wait sleeps, and its caller's polling carries on).
+    Notifications that arrive between waits queue on the connection, so none is lost
+    once the first wait has begun listening."""
+
+    def __init__(self, db: Database, channel: str, description: str) -> None:
+        self._db, self._channel, self._description = db, channel, description
+        self._connection: Connection | None = None
+        self._lock = threading.Lock()
+
+    def wait(self, timeout_s: float) -> bool:
+        give_up = time.monotonic() + timeout_s
+        if not self._lock.acquire(timeout=timeout_s):
+            return False  # another thread is listening
+        try:
+            if self._connection is None:
+                self._connection = self._db.connect()
+                self._connection.execute(f"LISTEN {self._channel}".encode())
+            heard = False
+            for _ in self._connection.notifies(
+                timeout=max(0.0, give_up - time.monotonic()), stop_after=1
+            ):
+                heard = True
+            if heard:  # several at once are one wake-up
+                for _ in self._connection.notifies(timeout=0):
+                    pass
+            return heard
+        except (psycopg.Error, StoreError) as exc:
+            logger.warning("%s: listening on %s failed (%s); polling meanwhile",
+                           self._description, self._channel, self._db.scrub(exc))  # fmt: skip
+            self._drop()
+            time.sleep(max(0.0, give_up - time.monotonic()))
+            return False
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 def _begin_write(conn: Connection) -> str:
