@@ -40,6 +40,7 @@ from runner.isolation.dialect import ENVELOPES, Dialect, EnvelopeName, dialect_f
 from runner.isolation.events import EventReader
 from runner.isolation.negotiation import FileLimits
 from runner.isolation.outcome import Exchange, Intervention, TailBuffer
+from runner.isolation.sharing import CapabilityCache
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,9 @@ class LocalProcessRunner(ExchangeRunner):
     file_limits: FileLimits = field(default_factory=FileLimits)
     #: `capabilities=`: what the worker declares, given instead of asked (base.py).
     declared_capabilities: frozenset[str] | None = None
+    #: Where describe's answers go, shared by the runners of one owner (sharing.py);
+    #: None: this runner's own.
+    capability_cache: CapabilityCache | None = field(default=None, compare=False, repr=False)
 
     # Written out because `capabilities=` must not become a field: it would hide the
     # `capabilities()` method every runner has.
@@ -105,11 +109,13 @@ class LocalProcessRunner(ExchangeRunner):
         *,
         file_limits: FileLimits | None = None,
         capabilities: frozenset[str] | None = None,
+        capability_cache: CapabilityCache | None = None,
     ) -> None:
         values = {"argv": argv, "limits": limits or ProcessLimits(), "env_allow": env_allow,
                   "env": {} if env is None else env, "envelope": envelope,
                   "file_limits": file_limits or FileLimits(),
-                  "declared_capabilities": capabilities}  # fmt: skip
+                  "declared_capabilities": capabilities,
+                  "capability_cache": capability_cache}  # fmt: skip
         for name, value in values.items():
             object.__setattr__(self, name, value)
         self.__post_init__()
