@@ -29,7 +29,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -172,9 +171,9 @@ class ContainerLimits:
         return [f"seccomp={_read_profile(self.seccomp_profile)}"]
 
 
-@cache
 def _read_profile(path: str) -> str:
-    """The profile's JSON, sent inline: the engine takes the content, not a path."""
+    """The profile's JSON, sent inline: the engine takes the content, not a path. Read at
+    each create (half a millisecond; a create takes hundreds), so no memo outlives it."""
     try:
         return json.dumps(json.loads(Path(path).read_text()), separators=(",", ":"))
     except (OSError, ValueError) as exc:

@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import anyio
 import anyio.to_thread
@@ -262,8 +263,10 @@ class LocalProcessRunner(ExchangeRunner):
         )
 
 
-_PRLIMIT_NAMES = {resource.RLIMIT_CORE: "core", resource.RLIMIT_NOFILE: "nofile",
-                  resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_AS: "as"}  # fmt: skip
+_PRLIMIT_NAMES = MappingProxyType({
+    resource.RLIMIT_CORE: "core", resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_AS: "as",
+})  # fmt: skip
 
 
 def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
