@@ -12,6 +12,10 @@ The runtime of a Docker spec's containers (warm or cold): `--runtime NAME` (or
 AGENTS_RUNNER_RUNTIME) on `worker`, `serve` and `session run-isolated`, for every spec
 whatever the agent file says, else the spec's own `runtime`, else runc. Warm containers
 are shelved by limits, runtime included, so a warm call runs under its spec's runtime.
+
+The options are parsed here (runner/cli/common.py); the pool itself is the library's
+(runner.isolation.open_pool) and the spec adapter the session side's
+(runner.session.runners: `runner_factory`, `PooledRunners`).
 """
 
 from __future__ import annotations
@@ -21,70 +25,10 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TypeVar
 
-from runner.isolation import DockerRunner, PoolSettings, Runner, WarmPool
-from runner.session import DockerSpec, DurableAgent, LocalProcessSpec, runner_for_spec
+from runner.session import DurableAgent
+from runner.session.runners import runner_factory
 
 T = TypeVar("T")
-
-
-def with_runtime(
-    spec: DockerSpec | LocalProcessSpec, runtime: str | None
-) -> DockerSpec | LocalProcessSpec:
-    """`spec` under the operator's runtime (`--runtime`), when one is given."""
-    if runtime is None or not isinstance(spec, DockerSpec):
-        return spec
-    return spec.model_copy(update={"runtime": runtime})
-
-
-def pool_size_for(spec: DockerSpec, configured: int | None) -> int:
-    """The shelf size for `spec`: the option's (or variable's) value, else the spec's."""
-    if configured is not None:
-        return configured
-    return spec.pool or 0
-
-
-class PooledRunners:
-    """A RunnerFactory serving Docker specs from a warm pool: one DockerRunner per image,
-    limits and envelope (the pool owns it and closes it), a fresh handle per call. A spec
-    whose size comes out 0, and a local-process spec, get their own runner, as without a
-    pool."""
-
-    def __init__(self, pool: WarmPool, configured: int | None, runtime: str | None = None) -> None:
-        self.pool = pool
-        #: `--pool-size` (or its variable); None: each spec's `pool` decides.
-        self.configured = configured
-        #: `--runtime` (or its variable); None: each spec's `runtime` decides.
-        self.runtime = runtime
-        self._docker: dict[str, DockerRunner] = {}
-
-    def __call__(self, spec: DockerSpec | LocalProcessSpec) -> Runner:
-        spec = with_runtime(spec, self.runtime)
-        runner = runner_for_spec(spec)
-        if not isinstance(runner, DockerRunner) or not isinstance(spec, DockerSpec):
-            return runner
-        size = pool_size_for(spec, self.configured)
-        if size == 0:
-            return runner
-        key = repr((runner.image, runner.command, runner.limits, runner.envelope))
-        # An unused DockerRunner holds nothing: its client is made at its first call.
-        return self.pool.pooled(self._docker.setdefault(key, runner), size=size)
-
-
-@asynccontextmanager
-async def runner_factory(
-    configured: int | None, idle_timeout_s: float | None = None, runtime: str | None = None
-) -> AsyncIterator[PooledRunners | None]:
-    """A warm pool for the block (None when `configured` is 0 and no `runtime` is forced:
-    each call makes its own runner); leaving the block waits for its calls and removes
-    every pooled container."""
-    if configured == 0 and runtime is None:
-        yield None
-        return
-    settings = PoolSettings(size=configured or 0)
-    if idle_timeout_s is not None:
-        settings = replace(settings, idle_timeout_s=idle_timeout_s)
-    async with WarmPool(settings) as pool:
-        yield PooledRunners(pool, configured, runtime)
 
 
 @asynccontextmanager
@@ -108,11 +52,4 @@ async def with_pool(
         return await action(pooled)
 
 
-__all__ = [
-    "PooledRunners",
-    "pool_size_for",
-    "pooled_agent",
-    "runner_factory",
-    "with_pool",
-    "with_runtime",
-]
+__all__ = ["pooled_agent", "with_pool"]

@@ -51,7 +51,6 @@ from runner.cli.common import (
     StoreOption,
     open_store,
 )
-from runner.cli.pooling import PooledRunners, runner_factory
 from runner.isolation import sweep_orphans
 from runner.session import (
     Agent,
@@ -63,6 +62,7 @@ from runner.session import (
 )
 from runner.session.agent import remember_files
 from runner.session.audit import AuditSetting
+from runner.session.runners import PooledRunners, runner_factory
 from runner.state import Session
 from runner.stores import DurableStore
 
@@ -267,4 +267,4 @@ def log(message: str) -> None:
     print(controls.dumps({"ts": round(time.time(), 3), "message": message}), file=sys.stderr)
 
 
-__all__ = ["PooledRunners", "advance_sessions", "runner_factory", "worker"]
+__all__ = ["advance_sessions", "worker"]

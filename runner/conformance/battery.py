@@ -10,7 +10,9 @@ from the request's is correct, but the runner sees a version mismatch).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -37,7 +39,7 @@ from runner.isolation.outcome import Exchange
 ANSWER_CAP = 4 * 1024 * 1024
 #: The environment a checked worker should see: asks it for verbose logs, which must
 #: still go to stderr (the runner that builds the worker's process passes this).
-VERBOSE_ENV = {"AGENTS_RUNNER_LOG_LEVEL": "debug"}
+VERBOSE_ENV = MappingProxyType({"AGENTS_RUNNER_LOG_LEVEL": "debug"})
 #: The smallest happy result that the LIMIT_EXCEEDED probe can shrink under (room for
 #: an error envelope must remain).
 MIN_LIMIT_PROBE_BYTES = 512
@@ -326,7 +328,7 @@ class Battery:
             return
         arguments = self.fixtures[tool.name]
 
-        async def one(check_id: str, extra: dict[str, Any]) -> None:
+        async def one(check_id: str, extra: Mapping[str, Any]) -> None:
             document = probes.request(check_id, tool.name, arguments, version=probes.V1_1, **extra)
             answer = await self.send(check_id, probes.encode(document))
             if check_id != "critical.understood":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -99,7 +100,7 @@ def _skipped(battery: Battery, capability: str, tool: ToolDescription) -> bool:
     return True
 
 
-_EVENTS_IDS = ["events.framing", "events.budget"]
+_EVENTS_IDS = ("events.framing", "events.budget")
 
 
 async def files(battery: Battery, tool: ToolDescription) -> None:
@@ -124,7 +125,7 @@ async def files(battery: Battery, tool: ToolDescription) -> None:
     answer = await battery.send("files.trailing_globstar", probes.encode(document))
     _judge_roundtrip(battery, answer, expected, "files.trailing_globstar")
 
-    async def hostile(check_id: str, extra: dict[str, Any]) -> None:
+    async def hostile(check_id: str, extra: Mapping[str, Any]) -> None:
         document = probes.request(check_id, tool.name, arguments, version=probes.V1_1, **extra)
         answer = await battery.send(check_id, probes.encode(document))
         battery.expect_refusal(check_id, answer)

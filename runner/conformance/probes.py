@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from envelopes.v1 import VERSION
@@ -52,8 +54,25 @@ def request(
     }
 
 
-def encode(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, ensure_ascii=False).encode("utf-8")
+def encode(document: Mapping[str, Any]) -> bytes:
+    """The probe's bytes; the constant tables below are read-only (MappingProxyType), and
+    are written as the JSON objects they stand for."""
+    return json.dumps(document, ensure_ascii=False, default=_thawed).encode("utf-8")
+
+
+def _thawed(value: object) -> dict[str, Any]:
+    if isinstance(value, MappingProxyType):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def frozen(document: Any) -> Any:
+    """`document` read-only all the way down: a constant table no probe can change."""
+    if isinstance(document, dict):
+        return MappingProxyType({key: frozen(value) for key, value in document.items()})
+    if isinstance(document, list | tuple):
+        return tuple(frozen(value) for value in document)
+    return document
 
 
 #: The tool every malformed probe names: no worker has it. Whatever a lenient parser makes
@@ -108,7 +127,7 @@ V1_1 = "1.1"
 #: The harmless input files of the files round trip, and the patterns that collect them.
 ROUNDTRIP_TEXT = "worker-check/in.txt"
 ROUNDTRIP_BINARY = "worker-check/sub/data.bin"
-ROUNDTRIP_PATTERNS = ["worker-check/*.txt", "worker-check/**/*.bin"]
+ROUNDTRIP_PATTERNS = ("worker-check/*.txt", "worker-check/**/*.bin")
 
 
 def roundtrip_files(nonce: str) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
@@ -132,30 +151,34 @@ def _file(path: str, content: str = "worker-check\n", **extra: Any) -> dict[str,
 #: must refuse before its tool runs. `parent_of_other` is the write-through case: a file
 #: named like a directory that another file would be written through (what a symlink in
 #: an archive does).
-HOSTILE_FILES: dict[str, dict[str, Any]] = {
-    "files.absolute": {"files": [_file("/tmp/worker-check-escape.txt")]},
-    "files.dotdot": {"files": [_file("../worker-check-escape.txt")]},
-    "files.dotdot_inner": {"files": [_file("wc/../../worker-check-escape.txt")]},
-    "files.nul": {"files": [_file("wc/in\u0000.txt")]},
-    "files.control": {"files": [_file("wc/\u001b[2Jin.txt")]},
-    "files.bidi": {"files": [_file("wc/in\u202etxt.exe")]},
-    "files.backslash": {"files": [_file("..\\worker-check-escape.txt")]},
-    "files.empty_component": {"files": [_file("wc//in.txt")]},
-    "files.duplicate": {"files": [_file("wc/in.txt"), _file("wc/in.txt")]},
-    "files.casefold_duplicate": {"files": [_file("wc/Caf\u00e9.txt"), _file("wc/CAFE\u0301.TXT")]},
-    "files.parent_of_other": {"files": [_file("wc/a"), _file("wc/a/b.txt")]},
-    "files.bad_base64": {"files": [_file("wc/in.bin", "not base64!", encoding="base64")]},
-    "files.setuid": {"files": [_file("wc/run.sh", mode=0o4755)]},
-    "files.collect_dotdot": {"collect": {"patterns": ["../*"]}},
-    "files.collect_absolute": {"collect": {"patterns": ["/etc/*"]}},
-}
+HOSTILE_FILES: Mapping[str, Mapping[str, Any]] = frozen(
+    {
+        "files.absolute": {"files": [_file("/tmp/worker-check-escape.txt")]},
+        "files.dotdot": {"files": [_file("../worker-check-escape.txt")]},
+        "files.dotdot_inner": {"files": [_file("wc/../../worker-check-escape.txt")]},
+        "files.nul": {"files": [_file("wc/in\u0000.txt")]},
+        "files.control": {"files": [_file("wc/\u001b[2Jin.txt")]},
+        "files.bidi": {"files": [_file("wc/in\u202etxt.exe")]},
+        "files.backslash": {"files": [_file("..\\worker-check-escape.txt")]},
+        "files.empty_component": {"files": [_file("wc//in.txt")]},
+        "files.duplicate": {"files": [_file("wc/in.txt"), _file("wc/in.txt")]},
+        "files.casefold_duplicate": {
+            "files": [_file("wc/Caf\u00e9.txt"), _file("wc/CAFE\u0301.TXT")]
+        },
+        "files.parent_of_other": {"files": [_file("wc/a"), _file("wc/a/b.txt")]},
+        "files.bad_base64": {"files": [_file("wc/in.bin", "not base64!", encoding="base64")]},
+        "files.setuid": {"files": [_file("wc/run.sh", mode=0o4755)]},
+        "files.collect_dotdot": {"collect": {"patterns": ["../*"]}},
+        "files.collect_absolute": {"collect": {"patterns": ["/etc/*"]}},
+    }
+)
 
 #: The budget the events probe asks for: small, so that a worker that ignores it shows.
-EVENTS_BUDGET = {"max_per_second": 10, "max_bytes": 4096}
+EVENTS_BUDGET = MappingProxyType({"max_per_second": 10, "max_bytes": 4096})
 
 #: The patterns of the trailing-`**` probe (section 9.1): `worker-check/**` alone must
 #: return every file under `worker-check`, at any depth.
-TRAILING_GLOBSTAR_PATTERNS = ["worker-check/**"]
+TRAILING_GLOBSTAR_PATTERNS = ("worker-check/**",)
 
 
 # --- versions: rules 2 and 3 of section 8.1 --------------------------------------------
@@ -163,12 +186,14 @@ TRAILING_GLOBSTAR_PATTERNS = ["worker-check/**"]
 #: Probe id -> (kind, version) of a request refused by rule 2 or 3 of section 8.1, before
 #: its version is looked up: a worker answers an error (required), exactly INVALID_REQUEST
 #: (strict). `kind_first` has an unsupported version too: the kind is checked first.
-VERSION_GRAMMAR: dict[str, tuple[str, Any]] = {
-    "version.leading_zero": ("ToolCallRequest", "1.01"),
-    "version.major_only": ("ToolCallRequest", "2"),
-    "version.number": ("ToolCallRequest", 1.0),
-    "version.kind_first": ("ToolCallResponse", "2.0"),
-}
+VERSION_GRAMMAR: Mapping[str, tuple[str, Any]] = MappingProxyType(
+    {
+        "version.leading_zero": ("ToolCallRequest", "1.01"),
+        "version.major_only": ("ToolCallRequest", "2"),
+        "version.number": ("ToolCallRequest", 1.0),
+        "version.kind_first": ("ToolCallResponse", "2.0"),
+    }
+)
 
 
 def version_grammar() -> dict[str, bytes]:
@@ -203,18 +228,20 @@ UNKNOWN_EXTENSION = "worker-check.example/must-understand"
 #: Probe id -> members added to a 1.1 fixture call that a 1.1 worker MUST refuse with
 #: INVALID_REQUEST (R7): `critical` naming a member it does not implement, an extension
 #: it does not implement, a member the request does not carry, or a name twice.
-CRITICAL_REFUSED: dict[str, dict[str, Any]] = {
-    "critical.unknown": {
-        "x_worker_check_future": {"added_in": "1.9"},
-        "critical": ["x_worker_check_future"],
-    },
-    "critical.unknown_extension": {
-        "extensions": {UNKNOWN_EXTENSION: True},
-        "critical": [UNKNOWN_EXTENSION],
-    },
-    "critical.absent": {"critical": ["events"]},
-    "critical.duplicate": {"critical": ["context", "context"]},
-}
+CRITICAL_REFUSED: Mapping[str, Mapping[str, Any]] = frozen(
+    {
+        "critical.unknown": {
+            "x_worker_check_future": {"added_in": "1.9"},
+            "critical": ["x_worker_check_future"],
+        },
+        "critical.unknown_extension": {
+            "extensions": {UNKNOWN_EXTENSION: True},
+            "critical": [UNKNOWN_EXTENSION],
+        },
+        "critical.absent": {"critical": ["events"]},
+        "critical.duplicate": {"critical": ["context", "context"]},
+    }
+)
 #: A `critical` naming only a 1.0 member the request carries: every worker implements it,
 #: so the call runs (a worker that refused every `critical` could not take `files`).
-CRITICAL_UNDERSTOOD: dict[str, Any] = {"critical": ["context"]}
+CRITICAL_UNDERSTOOD: Mapping[str, Any] = frozen({"critical": ["context"]})

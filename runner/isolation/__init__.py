@@ -12,6 +12,9 @@ Envelope 1.1: `capabilities()` (negotiation.py), input files checked against
 `FileLimits` before any worker starts, and live output: `call(request, on_event=...)`
 delivers each `WorkerEvent` as it arrives (events.py); `stream_call` iterates them.
 `AuditedRunner` writes one audit record per call (audit.py: sizes and hashes, never values).
+What runners share lives in objects their owner keeps and passes (sharing.py:
+`CapabilityCache`, `Sweeper`, `EngineRuntimes`, bundled as `RunnerCaches`), never in
+module state; `open_pool` (pooling.py) serves an owner's runners from one warm pool.
 Nothing here knows about sessions, policies or stores.
 """
 
@@ -43,6 +46,9 @@ from runner.isolation.orphans import (
 )
 from runner.isolation.outcome import CallOutcome, DescribeOutcome, Exchange
 from runner.isolation.pool import PooledRunner, PoolSettings, PoolState, PoolStateError, WarmPool
+from runner.isolation.pooling import PoolOptions, WarmRunners, open_pool, shelf_size
+from runner.isolation.runtimes import EngineRuntimes
+from runner.isolation.sharing import CapabilityCache, RunnerCaches, Sweeper, SweepFailed
 from runner.isolation.streaming import StreamItem, stream_call
 
 __all__ = [
@@ -55,10 +61,12 @@ __all__ = [
     "AuditSink",
     "AuditedRunner",
     "CallOutcome",
+    "CapabilityCache",
     "ContainerLimits",
     "DescribeOutcome",
     "DockerRunner",
     "EgressPolicy",
+    "EngineRuntimes",
     "EngineUnavailable",
     "EnvelopeName",
     "EventCallback",
@@ -67,20 +75,27 @@ __all__ = [
     "FileLimits",
     "JsonLinesAuditSink",
     "LocalProcessRunner",
+    "PoolOptions",
     "PoolSettings",
     "PoolState",
     "PoolStateError",
     "PooledRunner",
     "ProcessLimits",
     "Runner",
+    "RunnerCaches",
     "RunnerClosed",
     "StreamItem",
+    "SweepFailed",
     "SweepReport",
+    "Sweeper",
     "UnsupportedExchange",
     "WarmPool",
+    "WarmRunners",
     "WorkerEvent",
     "check_engine",
+    "open_pool",
     "owner_environment",
+    "shelf_size",
     "stream_call",
     "sweep",
     "sweep_containers",

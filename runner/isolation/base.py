@@ -30,9 +30,6 @@ from collections.abc import Hashable
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-import anyio
-import anyio.lowlevel
-
 from envelopes import codec
 from envelopes.bounds import EVENTS_MAX_BYTES_CEILING, LATEST_VERSION, VERSION
 from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
@@ -54,6 +51,7 @@ from runner.isolation.outcome import (
     refused_outcome,
 )
 from runner.isolation.outcome import describe_outcome as _describe_outcome
+from runner.isolation.sharing import CapabilityCache
 from runner.lifecycle import AsyncClosing
 
 logger = logging.getLogger(__name__)
@@ -63,11 +61,8 @@ DESCRIBE_MAX_BYTES = 1024 * 1024
 #: Longest a describe made to learn capabilities may take (less when the call's deadline
 #: is nearer).
 CAPABILITIES_TIMEOUT_S = 30.0
-#: What describe said, for runners that share a key (DockerRunner: the image's id).
-_SHARED_CAPABILITIES: dict[Hashable, frozenset[str]] = {}
-#: One describe at a time per worker and event loop: concurrent first calls (a session
-#: with 16 calls at once) wait for the first one's answer instead of each describing.
-_DESCRIBING: dict[tuple[object, Hashable], anyio.Lock] = {}
+#: The key of a runner's own worker in its own CapabilityCache (no `capability_key`).
+_THIS_RUNNER = ("this runner",)
 
 
 @runtime_checkable
@@ -120,6 +115,9 @@ class ExchangeRunner(AsyncClosing):
     declared_capabilities: frozenset[str] | None = None
     #: Caps on the input files a call may carry (checked before any worker starts).
     file_limits: FileLimits = FileLimits()
+    #: Where describe's answers are kept, shared by the runners of one owner (sharing.py);
+    #: None: the runner keeps its own (`known_capabilities()`).
+    capability_cache: CapabilityCache | None = None
 
     async def aclose(self) -> None:
         """Release what this runner owns; nothing, unless a subclass says otherwise."""
@@ -219,8 +217,9 @@ class ExchangeRunner(AsyncClosing):
         """What the worker declares (`files`, `events`): the runner's
         `declared_capabilities` when it was given some, else its DescribeResult at 1.1
         (at 1.0, with no capabilities, for a worker that refuses 1.1), asked once and
-        cached (per runner; per `capability_key()` where a subclass has one). None for a
-        dialect without describe; none, uncached, when describe fails."""
+        kept in `known_capabilities()` (by `capability_key()` where the runner has one,
+        so the runners sharing that cache ask once between them). None for a dialect
+        without describe; none, not kept, when describe fails."""
         found, _ = await self._learn_capabilities(CAPABILITIES_TIMEOUT_S)
         return found
 
@@ -229,6 +228,20 @@ class ExchangeRunner(AsyncClosing):
         between them; None (the default): each runner asks for itself."""
         return None
 
+    def known_capabilities(self) -> CapabilityCache:
+        """The cache describe's answers go to: the one given (`capability_cache`), else
+        the runner's own, made at its first use."""
+        if self.capability_cache is not None:
+            return self.capability_cache
+        return self._own_cache()
+
+    def _own_cache(self) -> CapabilityCache:
+        own: CapabilityCache | None = self.__dict__.get("_own_capability_cache")
+        if own is None:
+            own = CapabilityCache()
+            object.__setattr__(self, "_own_capability_cache", own)  # frozen dataclasses too
+        return own
+
     async def _learn_capabilities(self, timeout_s: float) -> tuple[frozenset[str], str]:
         """The capabilities, and why there are none when describe failed (`" (...)"`)."""
         if self.declared_capabilities is not None:
@@ -236,20 +249,20 @@ class ExchangeRunner(AsyncClosing):
         if not self.dialect.describes:
             return frozenset(), f" (workers speaking {self.dialect.name} declare none)"
         key = await self.capability_key()
-        memo = _SHARED_CAPABILITIES if key is not None else self._own_capabilities()
+        # Keyless: this runner's worker, in this runner's own cache.
+        memo = self.known_capabilities() if key is not None else self._own_cache()
+        key = _THIS_RUNNER if key is None else key
         cached = memo.get(key)
         if cached is not None:
             return cached, ""
-        flight = (anyio.lowlevel.current_token(), key if key is not None else id(self))
-        lock = _DESCRIBING.setdefault(flight, anyio.Lock())
-        async with lock:
+        async with memo.describing(key):
             cached = memo.get(key)
             if cached is not None:  # learnt while this call waited
                 return cached, ""
             return await self._describe_for_capabilities(memo, key, timeout_s)
 
     async def _describe_for_capabilities(
-        self, memo: dict[Hashable, frozenset[str]], key: Hashable | None, timeout_s: float
+        self, memo: CapabilityCache, key: Hashable, timeout_s: float
     ) -> tuple[frozenset[str], str]:
         if timeout_s <= 0:
             return frozenset(), " (the call's deadline left no time to describe the worker)"
@@ -257,7 +270,8 @@ class ExchangeRunner(AsyncClosing):
         for version in (LATEST_VERSION, VERSION):
             outcome = await self.describe(timeout_s, version)
             if outcome.describe is not None:
-                found = memo[key] = capabilities_of(outcome.describe)
+                found = capabilities_of(outcome.describe)
+                memo.put(key, found)
                 logger.debug("worker capabilities (describe at %s): %s", version,
                              ", ".join(sorted(found)) or "none")  # fmt: skip
                 return found, ""
@@ -266,17 +280,10 @@ class ExchangeRunner(AsyncClosing):
                 break
         else:
             if outcome.error_code == "MALFORMED_OUTPUT":  # it answered, badly, twice
-                memo[key] = frozenset()  # asking again on every call would not help
+                memo.put(key, frozenset())  # asking again on every call would not help
         logger.warning("cannot learn the worker's capabilities (describe at %s, then %s): %s;"
                        " it is taken to have none", LATEST_VERSION, VERSION, problem)  # fmt: skip
         return frozenset(), f" (its describe failed: {problem})"
-
-    def _own_capabilities(self) -> dict[Hashable, frozenset[str]]:
-        memo: dict[Hashable, frozenset[str]] | None = self.__dict__.get("_capability_memo")
-        if memo is None:
-            memo = {}
-            object.__setattr__(self, "_capability_memo", memo)  # frozen dataclasses too
-        return memo
 
 
 def seconds_until(deadline_ms: int) -> float:

@@ -30,6 +30,7 @@ class UnsupportedExchange(RuntimeError):
 
 
 class Dialect(ABC):
+    __slots__ = ()  # V1 holds nothing: one instance serves every runner
     name: EnvelopeName
     #: Whether workers of this dialect answer a DescribeRequest.
     describes: bool
@@ -52,6 +53,7 @@ class Dialect(ABC):
 
 
 class V1(Dialect):
+    __slots__ = ()
     name: EnvelopeName = "v1"
     describes = True
     exit_statuses = (0, 1)

@@ -29,7 +29,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from docker.types import LogConfig, Ulimit
 
 from envelopes.agents_exe import docker_policy
 from runner.isolation.base import ExchangeRunner, RunnerClosed, seconds_until
-from runner.isolation.containers import labels_for, sweep
+from runner.isolation.containers import labels_for
 from runner.isolation.dialect import Dialect, EnvelopeName, dialect_for
 from runner.isolation.egress import (
     EgressError,
@@ -50,12 +49,17 @@ from runner.isolation.egress import (
     Gateway,
     network_info,
     open_gateway,
-    sweep_networks,
 )
 from runner.isolation.events import EventReader
 from runner.isolation.negotiation import FileLimits
 from runner.isolation.outcome import Exchange, Intervention, TailBuffer
-from runner.isolation.runtimes import RuntimeUnavailable, check_runtime, unknown_runtime_now
+from runner.isolation.runtimes import (
+    EngineRuntimes,
+    RuntimeUnavailable,
+    check_runtime,
+    unknown_runtime_now,
+)
+from runner.isolation.sharing import CapabilityCache, Sweeper, SweepFailed
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +171,9 @@ class ContainerLimits:
         return [f"seccomp={_read_profile(self.seccomp_profile)}"]
 
 
-@cache
 def _read_profile(path: str) -> str:
-    """The profile's JSON, sent inline: the engine takes the content, not a path."""
+    """The profile's JSON, sent inline: the engine takes the content, not a path. Read at
+    each create (half a millisecond; a create takes hundreds), so no memo outlives it."""
     try:
         return json.dumps(json.loads(Path(path).read_text()), separators=(",", ":"))
     except (OSError, ValueError) as exc:
@@ -178,9 +182,6 @@ def _read_profile(path: str) -> str:
             " images/seccomp/generate.py, or set ContainerLimits(seccomp_profile=None) for"
             " the engine's default profile)"
         ) from None
-
-
-_SWEPT = False
 
 
 class DockerRunner(ExchangeRunner):
@@ -194,7 +195,12 @@ class DockerRunner(ExchangeRunner):
         envelope: EnvelopeName = "v1",
         file_limits: FileLimits | None = None,
         capabilities: frozenset[str] | None = None,
+        capability_cache: CapabilityCache | None = None,
+        sweeper: Sweeper | None = None,
+        runtimes: EngineRuntimes | None = None,
     ) -> None:
+        """`capability_cache`, `sweeper` and `runtimes` are shared by the runners of one
+        owner (sharing.py); a runner given none makes its own."""
         self.image = image
         self.limits = limits or ContainerLimits()
         self.command = command
@@ -203,6 +209,11 @@ class DockerRunner(ExchangeRunner):
         #: Caps on a call's input files; capabilities given instead of asked (base.py).
         self.file_limits = file_limits or FileLimits()
         self.declared_capabilities = capabilities
+        self.capability_cache = capability_cache
+        #: Sweeps before this runner's first container (its owner's, when shared).
+        self.sweeper = sweeper or Sweeper()
+        #: The engine's registered runtimes, kept a while (runtimes.py).
+        self.runtimes = runtimes or EngineRuntimes()
         self._dialect = dialect_for(envelope, docker_policy(image))
         self._api = api
         self._owns_api = api is None
@@ -272,7 +283,10 @@ class DockerRunner(ExchangeRunner):
 
     async def start_container(self, call_label: str, role: str = "call") -> Started:
         """Create, attach and start a container whose worker then waits on stdin."""
-        await _sweep_once(self)
+        try:
+            await self.sweeper.before_first_start(self.api)
+        except SweepFailed as exc:
+            raise StartFailed(str(exc)) from None
         return await anyio.to_thread.run_sync(self._create_and_start, call_label, role)
 
     async def converse(
@@ -372,7 +386,7 @@ class DockerRunner(ExchangeRunner):
         api = self.api()
         try:  # never a fallback: a runtime the engine lacks is a failed start
             check_runtime(api, self.limits.runtime, network=self.limits.network,
-                          pids=self.limits.pids)  # fmt: skip
+                          pids=self.limits.pids, known=self.runtimes)  # fmt: skip
         except RuntimeUnavailable as exc:
             raise StartFailed(str(exc)) from None
         host_config, environment = self.limits.host_config(api), dict(self.limits.env)
@@ -397,7 +411,9 @@ class DockerRunner(ExchangeRunner):
             ) from None
         except docker.errors.APIError as exc:
             if "unknown runtime" in str(exc.explanation).lower():  # the cached list was stale
-                raise StartFailed(unknown_runtime_now(api, self.limits.runtime)) from None
+                raise StartFailed(
+                    unknown_runtime_now(api, self.limits.runtime, self.runtimes)
+                ) from None
             raise StartFailed(
                 f"the engine refused to create the container: {exc.explanation}"
             ) from None
@@ -496,22 +512,6 @@ class Started:
     #: The SDK's file object over `sock`: closed too, or the socket is only marked
     #: closed and its descriptor left to the garbage collector (a ResourceWarning).
     stream_file: io.IOBase | None = None
-
-
-async def _sweep_once(runner: DockerRunner) -> None:
-    """Remove containers left by dead runners, once per process, before the first call."""
-    global _SWEPT
-    if not _SWEPT:
-        _SWEPT = True
-        try:
-            # runner.api() may negotiate the API version: it blocks, so it is in the thread.
-            await anyio.to_thread.run_sync(lambda: (sweep(runner.api()),
-                                                    sweep_networks(runner.api())))  # fmt: skip
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            _SWEPT = False  # try again with the next call
-            logger.warning("the first sweep of this process could not reach the engine: %s",
-                           exc)  # fmt: skip
-            raise StartFailed(f"cannot reach the Docker engine: {exc}") from None
 
 
 @dataclass

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import docker
@@ -76,7 +77,9 @@ PROXY_HTTP_PORT = 3128
 #: The ports a CONNECT tunnel may reach unless the policy names others.
 DEFAULT_TLS_PORTS = (443,)
 #: Inside the sandbox and the proxy: no IPv6 address at all, loopback and link-local too.
-NO_IPV6_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+NO_IPV6_SYSCTLS = MappingProxyType(
+    {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+)
 NETWORK_PREFIX = "agents-runner-egress-"
 #: How long the proxy may take to listen, and to hand over its records at the end.
 READY_TIMEOUT_S = 15.0

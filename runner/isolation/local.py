@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import anyio
 import anyio.to_thread
@@ -40,6 +41,7 @@ from runner.isolation.dialect import ENVELOPES, Dialect, EnvelopeName, dialect_f
 from runner.isolation.events import EventReader
 from runner.isolation.negotiation import FileLimits
 from runner.isolation.outcome import Exchange, Intervention, TailBuffer
+from runner.isolation.sharing import CapabilityCache
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +94,9 @@ class LocalProcessRunner(ExchangeRunner):
     file_limits: FileLimits = field(default_factory=FileLimits)
     #: `capabilities=`: what the worker declares, given instead of asked (base.py).
     declared_capabilities: frozenset[str] | None = None
+    #: Where describe's answers go, shared by the runners of one owner (sharing.py);
+    #: None: this runner's own.
+    capability_cache: CapabilityCache | None = field(default=None, compare=False, repr=False)
 
     # Written out because `capabilities=` must not become a field: it would hide the
     # `capabilities()` method every runner has.
@@ -105,11 +110,13 @@ class LocalProcessRunner(ExchangeRunner):
         *,
         file_limits: FileLimits | None = None,
         capabilities: frozenset[str] | None = None,
+        capability_cache: CapabilityCache | None = None,
     ) -> None:
         values = {"argv": argv, "limits": limits or ProcessLimits(), "env_allow": env_allow,
                   "env": {} if env is None else env, "envelope": envelope,
                   "file_limits": file_limits or FileLimits(),
-                  "declared_capabilities": capabilities}  # fmt: skip
+                  "declared_capabilities": capabilities,
+                  "capability_cache": capability_cache}  # fmt: skip
         for name, value in values.items():
             object.__setattr__(self, name, value)
         self.__post_init__()
@@ -256,8 +263,10 @@ class LocalProcessRunner(ExchangeRunner):
         )
 
 
-_PRLIMIT_NAMES = {resource.RLIMIT_CORE: "core", resource.RLIMIT_NOFILE: "nofile",
-                  resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_AS: "as"}  # fmt: skip
+_PRLIMIT_NAMES = MappingProxyType({
+    resource.RLIMIT_CORE: "core", resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_AS: "as",
+})  # fmt: skip
 
 
 def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:

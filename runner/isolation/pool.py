@@ -53,6 +53,7 @@ from runner.isolation.docker import DockerRunner, Started, StartFailed
 from runner.isolation.events import EventReader
 from runner.isolation.negotiation import FileLimits
 from runner.isolation.outcome import Exchange
+from runner.isolation.sharing import CapabilityCache
 
 logger = logging.getLogger(__name__)
 
@@ -471,6 +472,10 @@ class PooledRunner(ExchangeRunner):
     async def capability_key(self) -> Hashable | None:
         """The DockerRunner's: a pooled runner knows what a cold one of its image knows."""
         return await self.docker.capability_key()
+
+    def known_capabilities(self) -> CapabilityCache:
+        """The DockerRunner's cache too (its own, unless it was given a shared one)."""
+        return self.docker.known_capabilities()
 
     async def exchange(
         self,

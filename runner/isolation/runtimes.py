@@ -19,8 +19,9 @@ count against the container's pids limit: below GVISOR_MIN_PIDS the sandbox cann
 (and a start starved part way has been seen to leave a sandbox process behind and the
 engine waiting on it), so a lower limit under gVisor is refused before the create.
 
-The engine's list comes from `docker info`, kept for RUNTIMES_TTL_S per engine: runc
-calls never ask (every engine has it), and a runsc call asks at most that often.
+The engine's list comes from `docker info`, kept by an `EngineRuntimes` (each runner's,
+or one its owner shares) for RUNTIMES_TTL_S per engine: runc calls never ask (every
+engine has it), and a runsc call asks at most that often.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,41 +56,62 @@ HOW_TO_INSTALL_RUNSC = (
 
 #: The lowest pids limit a gVisor container may have (about 60 are needed to start).
 GVISOR_MIN_PIDS = 96
-
-_lock = threading.Lock()
-_cache: dict[str, tuple[float, dict[str, Any]]] = {}
+#: Engines (by base URL) an EngineRuntimes keeps the list of.
+MAX_ENGINES = 16
 
 
 class RuntimeUnavailable(Exception):
     """The runtime asked for cannot run the container as asked on this engine."""
 
 
-def engine_runtimes(api: docker.APIClient, *, fresh: bool = False) -> dict[str, Any]:
-    """The engine's registered runtimes (`docker info`'s Runtimes: name -> {path,
-    runtimeArgs}), kept for RUNTIMES_TTL_S. Blocking."""
-    key = str(getattr(api, "base_url", ""))
-    now = time.monotonic()
-    with _lock:
-        cached = _cache.get(key)
-    if cached is not None and not fresh and now - cached[0] < RUNTIMES_TTL_S:
-        return cached[1]
-    runtimes = dict(api.info().get("Runtimes") or {})
-    with _lock:
-        _cache[key] = (now, runtimes)
-    return runtimes
+class EngineRuntimes:
+    """Each engine's registered runtimes (`docker info`'s Runtimes: name -> {path,
+    runtimeArgs}), by base URL, kept for `ttl_s`, for at most `max_engines` engines.
+    Safe from several threads."""
+
+    def __init__(self, ttl_s: float = RUNTIMES_TTL_S, max_engines: int = MAX_ENGINES) -> None:
+        if ttl_s < 0 or max_engines < 1:
+            raise ValueError("EngineRuntimes: ttl_s must be 0 or more, max_engines at least 1")
+        self.ttl_s, self.max_engines = ttl_s, max_engines
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+
+    def listed(self, api: docker.APIClient, *, fresh: bool = False) -> dict[str, Any]:
+        """The engine's runtimes, asked afresh when `fresh` or once `ttl_s` has passed.
+        Blocking."""
+        key = str(getattr(api, "base_url", ""))
+        with self._lock:
+            kept = self._kept.get(key)
+        if kept is not None and not fresh and time.monotonic() - kept[0] < self.ttl_s:
+            return kept[1]
+        runtimes = dict(api.info().get("Runtimes") or {})
+        self.keep(api, runtimes)
+        return runtimes
+
+    def keep(self, api: docker.APIClient, runtimes: Mapping[str, Any]) -> None:
+        """Take `runtimes` as the engine's list for `ttl_s` from now."""
+        key = str(getattr(api, "base_url", ""))
+        with self._lock:
+            self._kept[key] = (time.monotonic(), dict(runtimes))
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.max_engines:
+                self._kept.popitem(last=False)
 
 
 def is_gvisor(entry: Mapping[str, Any]) -> bool:
     return os.path.basename(str(entry.get("path", ""))).startswith("runsc")
 
 
-def check_runtime(api: docker.APIClient, runtime: str, *, network: str, pids: int) -> None:
+def check_runtime(
+    api: docker.APIClient, runtime: str, *, network: str, pids: int, known: EngineRuntimes
+) -> None:
     """Raise RuntimeUnavailable unless the engine has `runtime` registered so that a
-    container on `network` with `pids` processes runs as asked. runc passes unasked."""
+    container on `network` with `pids` processes runs as asked. runc passes unasked;
+    the engine's list comes from `known`."""
     if runtime == DEFAULT_RUNTIME:
         return
     try:
-        runtimes = engine_runtimes(api)
+        runtimes = known.listed(api)
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise RuntimeUnavailable(f"cannot reach the Docker engine: {exc}") from None
     entry = runtimes.get(runtime)
@@ -124,10 +147,10 @@ def unknown_runtime(runtime: str, runtimes: Mapping[str, Any]) -> str:
     return f"the Docker engine has no runtime {runtime!r} (it has: {have}); {how}"
 
 
-def unknown_runtime_now(api: docker.APIClient, runtime: str) -> str:
+def unknown_runtime_now(api: docker.APIClient, runtime: str, known: EngineRuntimes) -> str:
     """`unknown_runtime` with the engine's list read afresh (after the engine refused)."""
     try:
-        return unknown_runtime(runtime, engine_runtimes(api, fresh=True))
+        return unknown_runtime(runtime, known.listed(api, fresh=True))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         logger.warning("docker info failed while explaining an unknown runtime: %s", exc)
         return unknown_runtime(runtime, {})

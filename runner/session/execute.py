@@ -51,6 +51,7 @@ from runner.isolation import (
     DockerRunner,
     LocalProcessRunner,
     Runner,
+    RunnerCaches,
     owner_environment,
 )
 from runner.isolation.events import WorkerEvent
@@ -88,14 +89,22 @@ KEYED_CACHE_TOOL = "@cache-key"
 NEVER_RETRIED = frozenset(code for code, retry in CODE_RETRYABLE.items() if retry is False)
 
 
-def runner_for_spec(spec: DockerSpec | LocalProcessSpec) -> Runner:
+def runner_for_spec(
+    spec: DockerSpec | LocalProcessSpec, caches: RunnerCaches | None = None
+) -> Runner:
     """The runner an isolation spec names: its image in Docker, or its argv locally,
-    speaking the spec's envelope (v1, or agents-exe's for workers written for it)."""
+    speaking the spec's envelope (v1, or agents-exe's for workers written for it), and
+    sharing `caches` with its owner's other runners (None: its own)."""
     if isinstance(spec, DockerSpec):
-        return DockerRunner(spec.image, container_limits(spec), envelope=spec.envelope)
+        if caches is None:
+            return DockerRunner(spec.image, container_limits(spec), envelope=spec.envelope)
+        return DockerRunner(spec.image, container_limits(spec), envelope=spec.envelope,
+                            capability_cache=caches.capabilities, sweeper=caches.sweeper,
+                            runtimes=caches.runtimes)  # fmt: skip
     return LocalProcessRunner(
-        spec.command, env={**spec.env, **owner_environment()}, envelope=spec.envelope
-    )
+        spec.command, env={**spec.env, **owner_environment()}, envelope=spec.envelope,
+        capability_cache=None if caches is None else caches.capabilities,
+    )  # fmt: skip
 
 
 def container_limits(spec: DockerSpec) -> ContainerLimits:

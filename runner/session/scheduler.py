@@ -34,13 +34,13 @@ from runner.llm import (
 from runner.session import commands, stepper
 from runner.session.agent import Agent, remember
 from runner.session.audit import AuditSetting, default_audit, open_audit
-from runner.session.execute import runner_for_spec
 from runner.session.gate import GateSettings, SessionError, open_session
 from runner.session.leases import Holder
 from runner.session.output import CALL_OUTPUT, CallOutputBus
 from runner.session.policy import Policy
 from runner.session.prompt import Conversations, llm_request
 from runner.session.reports import StepReport, WakeReport
+from runner.session.runners import SpecRunners
 from runner.session.runtime import RunnerFactory, Runtime
 from runner.session.storage import Storage, require_durable
 from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, UserTurn
@@ -80,7 +80,9 @@ class DurableAgent:
     deployment_runner: Runner | None = None
     llm: LLM | None = None
     policy: Policy | None = None
-    runner_factory: RunnerFactory = runner_for_spec
+    #: Builds the runner each isolated call's spec names; the default shares one
+    #: RunnerCaches between them (a worker described once, the engine swept once).
+    runner_factory: RunnerFactory = field(default_factory=SpecRunners, compare=False)
     tools: ToolRegistry = field(default_factory=default_tools)
     clock: Clock = field(default_factory=StoreAlignedClock)
     #: Who holds leases taken by this agent, and for how long each lasts unrenewed.

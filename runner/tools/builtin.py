@@ -5,22 +5,23 @@ instead of paying a worker-thread hand-off per call."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from runner.tools.registry import ToolFailure, ToolRegistry
 
 #: What `fetch_local` knows: a stand-in for data that lives on this machine.
-LOCAL_CATALOGUE = {
-    "inventory": {"widgets": 42, "gadgets": 7},
-    "weather": {"city": "Lyon", "celsius": 18},
-}
+LOCAL_CATALOGUE = MappingProxyType({
+    "inventory": MappingProxyType({"widgets": 42, "gadgets": 7}),
+    "weather": MappingProxyType({"city": "Lyon", "celsius": 18}),
+})  # fmt: skip
 
 
 async def fetch_local(arguments: dict[str, Any]) -> Any:
     key = arguments["key"]
     if key not in LOCAL_CATALOGUE:
         raise ToolFailure(f"no local record {key!r}; known: {', '.join(sorted(LOCAL_CATALOGUE))}")
-    return {"key": key, "value": LOCAL_CATALOGUE[key]}
+    return {"key": key, "value": dict(LOCAL_CATALOGUE[key])}  # a copy the caller may change
 
 
 async def echo(arguments: dict[str, Any]) -> Any:

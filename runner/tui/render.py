@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from rich.text import Text
@@ -21,11 +22,14 @@ ENDED = ("completed", "failed", "expired", "cancelled")
 LIVE_SHOWN_LINES = 3
 #: Call states that are still open (the Pending panel lists those a person can end).
 PENDING_STATES = ("deferred", "unknown_outcome")
-STATE_STYLES = {"completed": "green", "failed": "red", "expired": "red", "cancelled": "red",
-                "deferred": "yellow", "unknown_outcome": "magenta", "running": "cyan",
-                "ready": "cyan"}  # fmt: skip
-STATUS_STYLES = {"completed": "green", "failed": "red", "cancelled": "red", "waiting": "yellow",
-                 "quarantined": "magenta", "frozen": "blue", "running": "cyan"}  # fmt: skip
+STATE_STYLES = MappingProxyType({
+    "completed": "green", "failed": "red", "expired": "red", "cancelled": "red",
+    "deferred": "yellow", "unknown_outcome": "magenta", "running": "cyan", "ready": "cyan",
+})  # fmt: skip
+STATUS_STYLES = MappingProxyType({
+    "completed": "green", "failed": "red", "cancelled": "red", "waiting": "yellow",
+    "quarantined": "magenta", "frozen": "blue", "running": "cyan",
+})  # fmt: skip
 
 
 def ago(when_ms: int | None, now_ms: int) -> str:

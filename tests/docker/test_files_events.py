@@ -22,6 +22,7 @@ from testcontainers.core.image import DockerImage
 
 from envelopes.v1 import ToolCallRequest
 from runner.isolation import (
+    CapabilityCache,
     ContainerLimits,
     DockerRunner,
     PoolSettings,
@@ -81,8 +82,11 @@ async def served(kind: str, runner: DockerRunner) -> AsyncIterator[ExchangeRunne
         yield pooled
 
 
-def events_runner(api, image: str, *command: str, **limits) -> DockerRunner:
-    return DockerRunner(image, ContainerLimits(**limits), command=list(command), api=api)
+def events_runner(
+    api, image: str, *command: str, capability_cache: CapabilityCache | None = None, **limits
+) -> DockerRunner:
+    return DockerRunner(image, ContainerLimits(**limits), command=list(command), api=api,
+                        capability_cache=capability_cache)  # fmt: skip
 
 
 async def test_each_line_reaches_the_callback_within_200ms(api, events_image, kind):
@@ -181,9 +185,11 @@ async def test_input_files_go_in_and_come_back(api, events_image, kind):
 
 
 async def test_capabilities_are_learned_once_per_image(api, events_image):
-    first = events_runner(api, events_image, "lines", "1", "0")
+    shared = CapabilityCache()  # what the owner of both runners keeps (a session's engine)
+    first = events_runner(api, events_image, "lines", "1", "0", capability_cache=shared)
     assert await first.capabilities() == {"files", "events"}
-    again = events_runner(api, events_image, "lines", "1", "0")  # a new runner, same worker
+    # A new runner, same worker:
+    again = events_runner(api, events_image, "lines", "1", "0", capability_cache=shared)
 
     async def no_describe(*args: object, **kwargs: object) -> None:
         raise AssertionError("described again: the image's capabilities were not shared")

@@ -10,13 +10,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from runner.isolation import ContainerLimits, DockerRunner, PoolSettings, WarmPool
-from runner.isolation import runtimes as engine_runtimes
+from runner.isolation import ContainerLimits, DockerRunner, EngineRuntimes, PoolSettings, WarmPool
 from runner.isolation.runtimes import unknown_runtime
 from tests.conftest import REPO, make_request
 from tests.docker.conftest import BASH_IMAGE, labelled_containers, require_runtime
@@ -52,13 +50,10 @@ async def test_a_runtime_the_engine_lacks_is_a_start_failure_never_a_fallback(ap
 async def test_the_engines_own_refusal_is_explained_the_same_way(api):
     # The list kept from `docker info` says the runtime exists (as after it was removed
     # from the engine): the create's "Unknown runtime" error gives the same message.
-    listed = {**engine_runtimes.engine_runtimes(api), "ghost": {"path": "/nonexistent"}}
-    engine_runtimes._cache[str(api.base_url)] = (time.monotonic(), listed)
-    try:
-        runner = DockerRunner(BASH_IMAGE, ContainerLimits(runtime="ghost"), api=api)
-        outcome = await runner.call(make_request(arguments=UNAME))
-    finally:
-        engine_runtimes._cache.clear()
+    known = EngineRuntimes()
+    known.keep(api, {**known.listed(api), "ghost": {"path": "/nonexistent"}})
+    runner = DockerRunner(BASH_IMAGE, ContainerLimits(runtime="ghost"), api=api, runtimes=known)
+    outcome = await runner.call(make_request(arguments=UNAME))
     assert outcome.error_code == "WORKER_START_FAILED", outcome.result
     assert "the Docker engine has no runtime 'ghost'" in outcome.result.error.message
     assert labelled_containers(api) == []

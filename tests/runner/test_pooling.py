@@ -1,4 +1,5 @@
-"""How the commands size their warm pool (runner/cli/pooling.py), without an engine:
+"""How the commands size their warm pool (runner/session/runners.py, over
+runner.isolation.open_pool), without an engine:
 option or variable > the docker spec's `pool` > 0, a spec that comes out 0 or a local
 process left unpooled, and bad values refused with the option's or the field's name.
 tests/docker/test_cli_pool.py proves the calls then run in pooled containers."""
@@ -13,9 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runner.cli.pooling import PooledRunners, pool_size_for, runner_factory
 from runner.isolation import DockerRunner, LocalProcessRunner, WarmPool
 from runner.session import AgentError, DockerSpec, LocalProcessSpec, parse_agent
+from runner.session.runners import PooledRunners, pool_size_for, runner_factory
 
 IMAGE = "agents-runner/bash-runner:latest"
 

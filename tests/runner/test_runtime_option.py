@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import anyio
 
-from runner.cli.pooling import runner_factory, with_runtime
 from runner.isolation import DockerRunner, LocalProcessRunner
 from runner.session import DockerSpec, LocalProcessSpec
+from runner.session.runners import runner_factory, with_runtime
 
 IMAGE = "agents-runner/bash-runner:latest"
 

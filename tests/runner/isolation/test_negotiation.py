@@ -13,7 +13,7 @@ import pytest
 
 from envelopes import codec
 from envelopes.v1 import ToolCallRequest
-from runner.isolation import LocalProcessRunner, WorkerEvent
+from runner.isolation import CapabilityCache, LocalProcessRunner, WorkerEvent
 from tests.conformance.conftest import EXAMPLES, PYTHON, engine, go_binary, require_program
 from tests.conftest import WORKERS, make_request
 
@@ -76,8 +76,11 @@ async def test_runners_made_per_call_describe_one_worker_once_between_them(tmp_p
     script.write_text(EVENTS_WORKER.read_text())
     record = tmp_path / "seen.jsonl"
 
+    shared = CapabilityCache()  # what the session's engine keeps for its runners
+
     def fresh() -> LocalProcessRunner:
-        return LocalProcessRunner([sys.executable, str(script), f"--record={record}", "--v10"])
+        argv = [sys.executable, str(script), f"--record={record}", "--v10"]
+        return LocalProcessRunner(argv, capability_cache=shared)
 
     for _ in range(3):
         assert (await fresh().call(make_request("run"), lambda e: None)).ok
@@ -92,9 +95,11 @@ async def test_runners_made_per_call_describe_one_worker_once_between_them(tmp_p
 async def test_calls_that_start_together_wait_for_one_describe(tmp_path: Path):
     record = tmp_path / "seen.jsonl"
     outcomes = []
+    shared = CapabilityCache()
 
     async def one() -> None:
-        outcomes.append(await worker(record, "--v10").call(make_request("run"), lambda e: None))
+        runner = worker(record, "--v10", capability_cache=shared)
+        outcomes.append(await runner.call(make_request("run"), lambda e: None))
 
     async with anyio.create_task_group() as tg:
         for _ in range(6):
