@@ -61,6 +61,8 @@ EXEMPT: dict[tuple[str, str, int], str] = {
     " image of the reader's (my/worker)",
     ("docs/performance.md", "# Performance", 0): "the bench takes minutes and loads the"
     " machine; tests/docs/test_performance.py checks the tables it produces",
+    ("docs/performance.md", "# Performance", 1): "a bench run, then the generator on its"
+    " file: tests/docs/test_performance.py runs gen-performance --add on a bench JSON",
     ("docs/scale-out.md", "## Topology", 0): "needs PostgreSQL on other hosts"
     " (db.internal); tests/multihost runs session workers on several hosts",
     ("docs/security.md", "## Runtime tier: gVisor (runsc)", 0): "installs runsc and reloads"
