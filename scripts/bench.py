@@ -5,7 +5,7 @@ interleaved sample by sample (so a busy machine slows both alike), and reports m
 p95 and the ratio of the medians. It assumes what `scripts/test` sets up: `.venv`, a
 running Docker engine and the images of `scripts/build-images`.
 
-    scripts/bench [--json FILE]
+    scripts/bench [--json FILE|-]
                   [--only local,docker,pool,runtimes,throughput,sessions,postgres,server,
                           events,claims,workers,bodies,wire]
 """
@@ -64,6 +64,8 @@ MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCall
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
 ROWS = ("local", "docker", "pool", "runtimes", "throughput", "sessions", "postgres", "server",
         "events", "claims", "workers", "bodies", "wire")  # fmt: skip
+#: `--json -`: the rows as JSON on stdout.
+STDOUT = Path("-")
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
 POSTGRES_URL_VARIABLE = "AGENTS_RUNNER_BENCH_POSTGRES_URL"
 
@@ -318,16 +320,21 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
         await anyio.to_thread.run_sync(bench_wire, report)
     report.machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.machine["seconds"] = round(time.perf_counter() - started, 1)
+    document = {"machine": report.machine, "rows": [asdict(r) for r in report.rows]}
+    if json_path == STDOUT:  # the rows as JSON instead of the table (the table on stderr)
+        print(render(report), file=sys.stderr)
+        print(json.dumps(document, indent=2))
+        return 0
     print(render(report))
-    if json_path is not None:
-        document = {"machine": report.machine, "rows": [asdict(r) for r in report.rows]}
+    if json_path is not None:  # scripts/gen-performance turns this file into docs tables
         json_path.write_text(json.dumps(document, indent=2) + "\n")  # noqa: ASYNC240  at exit
     return 0
 
 
 def parse(argv: list[str]) -> tuple[tuple[str, ...], Path | None]:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write the rows as JSON (-: on stdout)")  # fmt: skip
     parser.add_argument("--only", default=",".join(ROWS),
                         help=f"comma-separated subset of: {', '.join(ROWS)}")  # fmt: skip
     args = parser.parse_args(argv)

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.conformance.conftest import (
     require_program,
     run_check,
 )
+from tests.docs import blocks
 
 LANGUAGES = ("bash", "python", "node", "go")
 #: The worked 1.1 worker (files, collect, events, critical) written from the spec, local only.
@@ -161,22 +161,21 @@ def test_ledger_append_writes_once_per_idempotency_key(
     ]
 
 
-# --- the README's own worker (issue 24, item 8) ------------------------------------------
+# --- the docs' own worker (issue 24, item 8; docs/workers.md since issue 25) ----------------
 
-README = EXAMPLES.parents[1] / "README.md"
-#: The strict checks the README says its shell worker fails, and why (jq's leniency).
+WORKERS_PAGE = EXAMPLES.parents[1] / "docs" / "workers.md"
+#: The strict checks the page says its shell worker fails, and why (jq's leniency).
 README_WORKER_STRICT_FAILURES = {"request.bom.strict", "request.invalid_utf8.strict",
                                  "request.duplicate_keys.strict", "request.nan.strict",
                                  "request.reserved_id"}  # fmt: skip
 
 
 def readme_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    return text.split("### A worker in any language", 1)[1].split("\n## ", 1)[0]
+    return blocks.section("docs/workers.md", "### A worker in any language")
 
 
 def readme_blocks() -> list[str]:
-    return re.findall(r"```sh\n(.*?)```", readme_section(), re.S)
+    return blocks.blocks("docs/workers.md", "### A worker in any language")
 
 
 def test_the_readme_worker_passes_every_required_check(tmp_path: Path) -> None:
@@ -187,7 +186,7 @@ def test_the_readme_worker_passes_every_required_check(tmp_path: Path) -> None:
     report = run_check(local_runner("/bin/sh", str(tmp_path / "worker.sh")),
                        {"echo": {"text": "hi"}})  # fmt: skip
     assert {c.id: c.detail for c in report.failed()} == {}, json.dumps(report.to_dict(), indent=1)
-    # exactly what the README says it leaves out, named there with the reason
+    # exactly what the page says it leaves out, named there with the reason
     assert {c.id for c in report.failed_at("strict")} == README_WORKER_STRICT_FAILURES
     for check in README_WORKER_STRICT_FAILURES:
         assert f"`{check.removesuffix('.strict')}`" in readme_section()
@@ -196,7 +195,7 @@ def test_the_readme_worker_passes_every_required_check(tmp_path: Path) -> None:
 def test_the_readme_try_it_block_runs_as_written() -> None:
     require_program("jq")
     _worker, try_it = readme_blocks()
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", try_it], cwd=README.parent,
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", try_it], cwd=WORKERS_PAGE.parents[1],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "all required checks passed" in done.stdout

@@ -1,6 +1,6 @@
-"""The README's "Coming from agents-exe" walkthrough runs as written: its shell block, in
-a fresh directory holding only the project's .venv and examples, with the scripted model
-the README names, and again with agents-exe's agent file verbatim (no provider) against
+"""The walkthrough of docs/agents-exe.md runs as written: its shell block, in a fresh
+directory holding only the project's .venv and examples, with the scripted model
+the page names, and again with agents-exe's agent file verbatim (no provider) against
 an OpenAI-compatible server on loopback configured through OPENAI_* variables."""
 
 from __future__ import annotations
@@ -13,19 +13,18 @@ from pathlib import Path
 
 from runner.session import load_agent
 from tests.chat_server import ChatServer
+from tests.docs import blocks
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = blocks.ROOT
+PAGE, SECTION = "docs/agents-exe.md", "## The walkthrough"
 SCRIPTED = "A=examples/agents/agents-exe/my-agent.scripted.json"
 VERBATIM = "A=examples/agents/agents-exe/my-agent.json"
 
 
 def walkthrough() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Coming from agents-exe", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block is not None, "the section has no sh block"
-    assert SCRIPTED in block.group(1)
-    return block.group(1)
+    (block,) = blocks.blocks(PAGE, SECTION)
+    assert SCRIPTED in block
+    return block
 
 
 def run_block(tmp_path: Path, script: str, env: dict[str, str] | None = None) -> str:

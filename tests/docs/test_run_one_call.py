@@ -1,7 +1,8 @@
-"""The README's "Run one call" blocks run as written (issue 24, items 1 and 10): each shell
-block in a fresh directory holding only the project's .venv (a real Docker engine and the
-images of scripts/build-images), reading no file the README did not make and leaving none
-behind; the Python example ends without a ResourceWarning (an unclosed Docker client)."""
+"""The "Run one call" blocks of docs/isolation.md run as written (issue 24, items 1 and
+10): each shell block in a fresh directory holding only the project's .venv (a real
+Docker engine and the images of scripts/build-images), reading no file the page did not
+make and leaving none behind; the Python example ends without a ResourceWarning (an
+unclosed Docker client)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.docs import blocks
 from tests.docs.test_coming_from_agents_exe import ROOT, left_behind
 
-SECTION = "## Run one call"
+PAGE, SECTION = "docs/isolation.md", "## Run one call"
 
 
 def section() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    return blocks.section(PAGE, SECTION)
 
 
 def run_sh(tmp_path: Path, block: str) -> subprocess.CompletedProcess[str]:
@@ -33,10 +34,10 @@ def run_sh(tmp_path: Path, block: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_shell_block_runs_in_a_fresh_directory(tmp_path: Path) -> None:
-    blocks = re.findall(r"```sh\n(.*?)```", section(), re.S)
-    assert len(blocks) == 3
+    shell = blocks.blocks(PAGE, SECTION)
+    assert len(shell) == 3
     results = []
-    for index, block in enumerate(blocks):
+    for index, block in enumerate(shell):
         where = tmp_path / str(index)
         where.mkdir()
         done = run_sh(where, block)

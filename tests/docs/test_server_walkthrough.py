@@ -1,4 +1,4 @@
-"""The README's server walkthrough runs as written: its shell block, in a fresh directory
+"""The walkthrough of docs/server.md runs as written: its shell block, in a fresh directory
 holding only the project's .venv and examples, starts a real `agents-runner serve` with the
 token file it makes, drives the seed's flow with curl, and stops the server with SIGTERM."""
 
@@ -8,21 +8,19 @@ import json
 import re
 from pathlib import Path
 
-from tests.docs.test_coming_from_agents_exe import ROOT, left_behind, run_block
+from tests.docs import blocks
+from tests.docs.test_coming_from_agents_exe import left_behind, run_block
 from tests.server.processes import free_port
 
-SECTION = "## The server (`agents-runner serve`)"
+PAGE, SECTION = "docs/server.md", "## The walkthrough"
 #: Run before the block, not part of it: should the block fail half way, the server it
 #: started in the background is stopped all the same.
 CLEANUP = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
 
 
 def walkthrough() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block is not None, "the section has no sh block"
-    return block.group(1)
+    (block,) = blocks.blocks(PAGE, SECTION)
+    return block
 
 
 def test_the_server_walkthrough_runs_as_written(tmp_path: Path) -> None:
