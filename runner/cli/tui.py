@@ -13,6 +13,7 @@ import typer
 
 from runner.cli.app import app, fail
 from runner.cli.common import DEFAULT_STORE, AgentFileOption, StoreOption, open_sessions
+from runner.cli.settings import env_name
 
 if TYPE_CHECKING:
     from runner.tui import Source
@@ -30,7 +31,7 @@ def tui(
         str | None,
         typer.Option(
             "--token",
-            envvar="AGENTS_RUNNER_TOKEN",
+            envvar=env_name("token"),
             help="the server's bearer token (an operator's to act, a viewer's to look)",
         ),
     ] = None,

@@ -52,13 +52,13 @@ from runner.cli.common import (
     open_store,
 )
 from runner.cli.pooling import PooledRunners, runner_factory
+from runner.cli.settings import WorkerSettings, current
 from runner.isolation import sweep_orphans
 from runner.session import (
     Agent,
     DurableAgent,
     LeaseBusy,
     StoredAgents,
-    default_lease_seconds,
     default_owner,
 )
 from runner.session.agent import remember_files
@@ -164,7 +164,9 @@ async def advance_sessions(
 async def _advance(store: DurableStore, concurrency: int, poll_s: float, stopping: anyio.Event,
                    exit_when_idle: bool, pooled: PooledRunners | None,
                    audit: AuditSetting | None = None) -> None:  # fmt: skip
-    owner, lease_s = default_owner(), default_lease_seconds()
+    settings = current(WorkerSettings)  # AGENTS_RUNNER_LEASE_SECONDS, AGENTS_RUNNER_AUDIT...
+    owner, lease_s = default_owner(), settings.lease_seconds
+    audit = audit or settings.audit_setting()
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     errors: dict[str, int] = {}  # session id -> errors in a row
@@ -188,9 +190,7 @@ async def _advance(store: DurableStore, concurrency: int, poll_s: float, stoppin
         wake.set()
 
     def build(agent: Agent) -> DurableAgent:
-        durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
-        if audit is not None:  # `--audit`; else the engine's default (the store)
-            durable = replace(durable, audit=audit)  # opens only the audit it is given
+        durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s, audit=audit)
         return durable if pooled is None else replace(durable, runner_factory=pooled)
 
     agents = StoredAgents(store, build)

@@ -43,7 +43,6 @@ from runner.session.policy import (
 from runner.session.reports import StepReport, WakeReport, pending_entry, waiting_reason
 from runner.session.scheduler import (
     DurableAgent,
-    default_lease_seconds,
     default_owner,
     with_deployment_runner,
     with_durable_workflows,
@@ -97,7 +96,6 @@ __all__ = [
     "UnknownToken",
     "UserTurn",
     "WakeReport",
-    "default_lease_seconds",
     "default_owner",
     "from_envelope",
     "from_output",

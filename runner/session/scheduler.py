@@ -33,7 +33,7 @@ from runner.llm import (
 )
 from runner.session import commands, stepper
 from runner.session.agent import Agent, remember
-from runner.session.audit import AuditSetting, default_audit, open_audit
+from runner.session.audit import AuditSetting, open_audit
 from runner.session.execute import runner_for_spec
 from runner.session.gate import GateSettings, SessionError, open_session
 from runner.session.leases import Holder
@@ -50,16 +50,12 @@ from runner.tools import ToolRegistry, default_tools
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a lease lasts unless renewed (AGENTS_RUNNER_LEASE_SECONDS overrides).
+#: Seconds a lease lasts unless renewed (the commands read AGENTS_RUNNER_LEASE_SECONDS).
 DEFAULT_LEASE_SECONDS = 30.0
 
 
 def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def default_lease_seconds() -> float:
-    return float(os.environ.get("AGENTS_RUNNER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
 
 
 @dataclass(frozen=True)
@@ -85,7 +81,7 @@ class DurableAgent:
     clock: Clock = field(default_factory=StoreAlignedClock)
     #: Who holds leases taken by this agent, and for how long each lasts unrenewed.
     owner: str = field(default_factory=default_owner)
-    lease_s: float = field(default_factory=default_lease_seconds)
+    lease_s: float = DEFAULT_LEASE_SECONDS
     #: How long to wait for someone else's lease (None: one lease period and a bit).
     lease_wait_s: float | None = None
     #: Holders that died in a row before a session is quarantined.
@@ -101,8 +97,8 @@ class DurableAgent:
     #: turns since the last one (runner.session.prompt).
     conversations: Conversations = field(init=False, repr=False, compare=False)
     #: Where each isolated call's audit record goes (runner.session.audit): the store's
-    #: audit log unless AGENTS_RUNNER_AUDIT (or the setting given here) says otherwise.
-    audit: AuditSetting = field(default_factory=default_audit)
+    #: audit log unless the setting given here says otherwise.
+    audit: AuditSetting = field(default_factory=AuditSetting)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversations", Conversations(self.agent))
@@ -251,10 +247,18 @@ def single_attempt(agent: Agent) -> ProviderConfig:
 
 
 def with_durable_workflows(
-    agent: Agent, store: SessionStore, *, single_process: bool = False
+    agent: Agent,
+    store: SessionStore,
+    *,
+    single_process: bool = False,
+    lease_s: float = DEFAULT_LEASE_SECONDS,
+    audit: AuditSetting | None = None,
 ) -> DurableAgent:
-    """An agent whose sessions are kept in `store` (e.g. runner.stores.SQLiteStore)."""
-    return DurableAgent(agent, store, single_process=single_process)
+    """An agent whose sessions are kept in `store` (e.g. runner.stores.SQLiteStore), its
+    leases lasting `lease_s`, its isolated calls audited as `audit` says (None: the
+    store's audit log)."""
+    return DurableAgent(agent, store, single_process=single_process, lease_s=lease_s,
+                        audit=audit or AuditSetting())  # fmt: skip
 
 
 def with_tool_cache(agent: DurableAgent, cache: ToolCache) -> DurableAgent:
