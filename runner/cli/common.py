@@ -263,12 +263,12 @@ def durable_agent(
 ) -> DurableAgent:
     """`agent` on `store`; single-process when the store has no leases (a file store);
     its isolated calls audited as `audit` says (`--audit`; None: AGENTS_RUNNER_AUDIT's
-    setting, else the store), its leases as long as AGENTS_RUNNER_LEASE_SECONDS says."""
-    settings = current(EngineSettings)
+    setting, else the store), the rest as the command's settings say (lease length, egress
+    network: runner/cli/settings.py)."""
+    settings = current(EngineSettings).agent_settings(audit)
     return with_durable_workflows(
-        agent, store, single_process=not isinstance(store, DurableStore),
-        lease_s=settings.lease_seconds, audit=audit or settings.audit_setting(),
-    )  # fmt: skip
+        agent, store, single_process=not isinstance(store, DurableStore), settings=settings
+    )
 
 
 def now_of(store: SessionStore) -> int:

@@ -32,7 +32,7 @@ from runner.session.audit import (
     parse_audit,
     parse_fail_mode,
 )
-from runner.session.scheduler import DEFAULT_LEASE_SECONDS
+from runner.session.settings import DEFAULT_LEASE_SECONDS, AgentSettings
 
 PREFIX = "AGENTS_RUNNER_"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -137,6 +137,11 @@ class EngineSettings(StoreSettings):
             return parse_audit(self.audit or "store", self.fail_closed)
         except AuditSettingError as exc:
             fail(str(exc), 2)
+
+    def agent_settings(self, audit: AuditSetting | None = None) -> AgentSettings:
+        """What every agent this command runs is given (`audit`: `--audit`'s, if given)."""
+        return AgentSettings(lease_s=self.lease_seconds, audit=audit or self.audit_setting(),
+                             egress_network=self.egress_network)  # fmt: skip
 
 
 class SessionSettings(EngineSettings):

@@ -164,9 +164,8 @@ async def advance_sessions(
 async def _advance(store: DurableStore, concurrency: int, poll_s: float, stopping: anyio.Event,
                    exit_when_idle: bool, pooled: PooledRunners | None,
                    audit: AuditSetting | None = None) -> None:  # fmt: skip
-    settings = current(WorkerSettings)  # AGENTS_RUNNER_LEASE_SECONDS, AGENTS_RUNNER_AUDIT...
-    owner, lease_s = default_owner(), settings.lease_seconds
-    audit = audit or settings.audit_setting()
+    # AGENTS_RUNNER_LEASE_SECONDS, AGENTS_RUNNER_AUDIT... (runner/cli/settings.py)
+    settings, owner = current(WorkerSettings).agent_settings(audit), default_owner()
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     errors: dict[str, int] = {}  # session id -> errors in a row
@@ -190,7 +189,14 @@ async def _advance(store: DurableStore, concurrency: int, poll_s: float, stoppin
         wake.set()
 
     def build(agent: Agent) -> DurableAgent:
-        durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s, audit=audit)
+        durable = DurableAgent(
+            agent,
+            store,
+            owner=owner,
+            lease_s=settings.lease_s,
+            audit=settings.audit,
+            egress_network=settings.egress_network,
+        )
         return durable if pooled is None else replace(durable, runner_factory=pooled)
 
     agents = StoredAgents(store, build)

@@ -48,6 +48,7 @@ from runner.session.scheduler import (
     with_durable_workflows,
     with_tool_cache,
 )
+from runner.session.settings import AgentSettings
 from runner.session.storage import StoreCapabilityError, require_durable
 from runner.session.stored import StoredAgents
 from runner.state import (
@@ -65,6 +66,7 @@ __all__ = [
     "SESSION_SCHEMA_VERSION",
     "Agent",
     "AgentError",
+    "AgentSettings",
     "Cache",
     "Decorate",
     "Defer",

@@ -38,10 +38,11 @@ from runner.session.execute import runner_for_spec
 from runner.session.gate import GateSettings, SessionError, open_session
 from runner.session.leases import Holder
 from runner.session.output import CALL_OUTPUT, CallOutputBus
-from runner.session.policy import Policy
+from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations, llm_request
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runtime import RunnerFactory, Runtime
+from runner.session.settings import DEFAULT_LEASE_SECONDS, AgentSettings, with_egress_network
 from runner.session.storage import Storage, require_durable
 from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, UserTurn
 from runner.state.transitions import set_status
@@ -49,9 +50,6 @@ from runner.stores import DurableStore, SessionStore, ToolCache
 from runner.tools import ToolRegistry, default_tools
 
 logger = logging.getLogger(__name__)
-
-#: Seconds a lease lasts unless renewed (the commands read AGENTS_RUNNER_LEASE_SECONDS).
-DEFAULT_LEASE_SECONDS = 30.0
 
 
 def default_owner() -> str:
@@ -99,6 +97,8 @@ class DurableAgent:
     #: Where each isolated call's audit record goes (runner.session.audit): the store's
     #: audit log unless the setting given here says otherwise.
     audit: AuditSetting = field(default_factory=AuditSetting)
+    #: The network egress proxies go out through when a spec's `egress` names none.
+    egress_network: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversations", Conversations(self.agent))
@@ -207,6 +207,9 @@ class DurableAgent:
         (dataclasses.replace) never opens, or warns about, the one it replaces."""
         return open_audit(self.audit, self.store)
 
+    def _runner_factory(self, spec: DockerSpec | LocalProcessSpec) -> Runner:
+        return self.runner_factory(with_egress_network(spec, self.egress_network))
+
     @property
     def _gate(self) -> GateSettings:
         return GateSettings(self.owner, self.lease_s, self.lease_wait_s, self.poison_after,
@@ -225,7 +228,7 @@ class DurableAgent:
             yield Runtime(
                 agent=self.agent, storage=Storage(self.store), llm=llm,
                 policy=self.policy or self.agent.policy, tools=self.tools, clock=self.clock,
-                runner_factory=self.runner_factory, conversations=self.conversations,
+                runner_factory=self._runner_factory, conversations=self.conversations,
                 deployment_runner=self.deployment_runner, cache=self.cache,
                 audit=self._audit_sink, audit_fail_closed=self.audit.fail_closed,
                 call_output=self.call_output,
@@ -251,14 +254,13 @@ def with_durable_workflows(
     store: SessionStore,
     *,
     single_process: bool = False,
-    lease_s: float = DEFAULT_LEASE_SECONDS,
-    audit: AuditSetting | None = None,
+    settings: AgentSettings | None = None,
 ) -> DurableAgent:
-    """An agent whose sessions are kept in `store` (e.g. runner.stores.SQLiteStore), its
-    leases lasting `lease_s`, its isolated calls audited as `audit` says (None: the
-    store's audit log)."""
-    return DurableAgent(agent, store, single_process=single_process, lease_s=lease_s,
-                        audit=audit or AuditSetting())  # fmt: skip
+    """An agent whose sessions are kept in `store` (e.g. runner.stores.SQLiteStore), run
+    as `settings` say (lease length, audit, egress network; None: the defaults)."""
+    settings = settings or AgentSettings()
+    return DurableAgent(agent, store, single_process=single_process, lease_s=settings.lease_s,
+                        audit=settings.audit, egress_network=settings.egress_network)  # fmt: skip
 
 
 def with_tool_cache(agent: DurableAgent, cache: ToolCache) -> DurableAgent:
