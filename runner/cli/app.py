@@ -7,15 +7,11 @@ Bad input gets one line on stderr saying what was wrong and where, and a non-zer
 from __future__ import annotations
 
 import logging
-import os
 from typing import NoReturn
 
 import typer
 
 from envelopes.controls import escape_controls
-
-#: The level of the library's log lines on stderr (WARNING: retries and recoveries).
-LOG_LEVEL_VARIABLE = "AGENTS_RUNNER_LOG_LEVEL"
 
 #: The widest help text, in columns (narrower terminals get their own width).
 HELP_WIDTH = 120
@@ -46,12 +42,9 @@ class EscapingFormatter(logging.Formatter):
         return escape_controls(super().format(record), multiline=True)
 
 
-def configure_logging() -> None:
-    """The library's log lines on stderr, one per line, at AGENTS_RUNNER_LOG_LEVEL."""
-    name = os.environ.get(LOG_LEVEL_VARIABLE, "WARNING").upper()
-    level = logging.getLevelNamesMapping().get(name)
-    if level is None:
-        fail(f"{LOG_LEVEL_VARIABLE}={name!r}: expected DEBUG, INFO, WARNING or ERROR")
+def configure_logging(level: str) -> None:
+    """The library's log lines on stderr, one per line, at `level` (a logging level's name:
+    runner.cli.settings reads it from AGENTS_RUNNER_LOG_LEVEL)."""
     handler = logging.StreamHandler()
     handler.setFormatter(EscapingFormatter("agents-runner: %(levelname)s: %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
+    logging.basicConfig(level=logging.getLevelNamesMapping()[level], handlers=[handler])

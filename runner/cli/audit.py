@@ -20,6 +20,7 @@ import typer
 from runner.cli.app import app, fail
 from runner.cli.common import DEFAULT_STORE, JsonOption, open_sessions, user_errors
 from runner.cli.display import echo, print_table
+from runner.cli.settings import env_name
 from runner.isolation.audit import (
     AuditError,
     AuditQuery,
@@ -64,7 +65,7 @@ def _print_table(records: list[AuditRecord]) -> None:
 def audit(
     ctx: typer.Context,
     store: Annotated[
-        str, typer.Option("--store", envvar="AGENTS_RUNNER_STORE", help="the store to read")
+        str, typer.Option("--store", envvar=env_name("store"), help="the store to read")
     ] = DEFAULT_STORE,
     file: Annotated[
         Path | None, typer.Option("--file", help="read a JSON-lines audit file instead")

@@ -11,7 +11,6 @@ sessions, and commands that need leases (`worker`) refuse it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,8 @@ from rich.console import Console
 from envelopes import controls
 from runner.cli.app import fail
 from runner.cli.pooling import with_pool
+from runner.cli.settings import DEFAULT_STORE as DEFAULT_STORE  # the commands import it here
+from runner.cli.settings import EngineSettings, WorkerSettings, current, env_name
 from runner.isolation.audit import AuditError
 from runner.isolation.docker import RUNTIME_NAME
 from runner.llm import LLMError
@@ -43,29 +44,17 @@ from runner.session import (
     with_durable_workflows,
 )
 from runner.session.attachments import AttachmentError, read_attachments
-from runner.session.audit import (
-    AUDIT_FORMS,
-    AUDIT_VARIABLE,
-    AuditSetting,
-    AuditSettingError,
-    setting_from,
-)
+from runner.session.audit import AUDIT_FORMS, AuditSetting, AuditSettingError, parse_audit
 from runner.state import Attachment, now_ms
 from runner.stores import DurableStore, Lease, SessionStore, StoreError, StoreUnavailable
 from runner.stores import open_store as open_location
 from runner.stores.locations import missing_paths
 
-#: The store of every command not given --store or AGENTS_RUNNER_STORE: under the
-#: current directory (so a project keeps its own). Said on stderr whenever it is used.
-DEFAULT_STORE = ".agents-runner/state.db"
-STORE_VARIABLE = "AGENTS_RUNNER_STORE"
+#: The store of every command not given --store or AGENTS_RUNNER_STORE (DEFAULT_STORE, from
+#: runner.cli.settings): under the current directory. Said on stderr whenever it is used.
+STORE_VARIABLE = env_name("store")
 
 log = logging.getLogger("runner.cli")
-#: How long a long-running command (worker, serve) waits for a store that does not answer
-#: at start (a database still starting, or restarting) before it gives up; the variable
-#: AGENTS_RUNNER_STORE_WAIT_SECONDS overrides it.
-STORE_WAIT_S = 60.0
-STORE_WAIT_VARIABLE = "AGENTS_RUNNER_STORE_WAIT_SECONDS"
 
 
 StoreOption = Annotated[
@@ -97,8 +86,8 @@ PollSecondsOption = Annotated[
 
 
 #: What `--pool-size` and `--pool-idle-seconds` read when not given (runner/cli/pooling.py).
-POOL_SIZE_VARIABLE = "AGENTS_RUNNER_POOL_SIZE"
-POOL_IDLE_VARIABLE = "AGENTS_RUNNER_POOL_IDLE_SECONDS"
+POOL_SIZE_VARIABLE = env_name("pool_size")
+POOL_IDLE_VARIABLE = env_name("pool_idle_seconds")
 
 PoolSizeOption = Annotated[
     int | None,
@@ -118,7 +107,7 @@ PoolIdleOption = Annotated[
 
 
 #: What `--runtime` reads when not given (runner/cli/pooling.py).
-RUNTIME_VARIABLE = "AGENTS_RUNNER_RUNTIME"
+RUNTIME_VARIABLE = env_name("runtime")
 
 
 def _runtime_name(value: str | None) -> str | None:
@@ -138,14 +127,22 @@ RuntimeOption = Annotated[
 
 def parse_audit_option(text: str) -> AuditSetting:
     try:
-        return setting_from(text, "--audit")
+        return parse_audit(text, where="--audit")
     except AuditSettingError as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _engine_fail_mode(value: AuditSetting | None) -> AuditSetting | None:
+    """`--audit`'s setting, failing closed when AGENTS_RUNNER_AUDIT_FAIL says so."""
+    if value is None:
+        return None
+    return replace(value, fail_closed=current(EngineSettings).fail_closed)
+
+
 AuditOption = Annotated[
     AuditSetting | None,
-    typer.Option("--audit", envvar=AUDIT_VARIABLE, parser=parse_audit_option, metavar="WHERE",
+    typer.Option("--audit", envvar=env_name("audit"), parser=parse_audit_option,
+                 callback=_engine_fail_mode, metavar="WHERE",
                  help=f"where each isolated call's audit record goes: {AUDIT_FORMS}"
                       " (default: the store; off logs a warning)"),
 ]  # fmt: skip
@@ -231,19 +228,6 @@ def open_sessions(
         store.close()
 
 
-def _store_wait_s() -> float:
-    text = os.environ.get(STORE_WAIT_VARIABLE, "")
-    if not text:
-        return STORE_WAIT_S
-    try:
-        wait_s = float(text)
-    except ValueError:
-        wait_s = -1.0
-    if not wait_s >= 0:  # also NaN
-        fail(f"{STORE_WAIT_VARIABLE}: expected a number of seconds >= 0, got {text!r}", 2)
-    return wait_s
-
-
 def _open_waiting(location: str, wait_s: float) -> SessionStore:
     """open_location, trying again (with backoff) while the store's server is unavailable,
     up to `wait_s`: a worker may start before its database, or during its restart."""
@@ -267,7 +251,8 @@ def open_store(location: str, purpose: str | None = None) -> Iterator[DurableSto
     purpose = (
         purpose or "a command that advances sessions beside other processes, such as `worker`,"
     )
-    with open_sessions(location, _store_wait_s(), create=True) as store:
+    wait_s = current(WorkerSettings).store_wait_seconds  # AGENTS_RUNNER_STORE_WAIT_SECONDS
+    with open_sessions(location, wait_s, create=True) as store:
         with user_errors():
             durable = require_durable(store, purpose)
         yield durable
@@ -277,11 +262,13 @@ def durable_agent(
     agent: Agent, store: SessionStore, audit: AuditSetting | None = None
 ) -> DurableAgent:
     """`agent` on `store`; single-process when the store has no leases (a file store);
-    its isolated calls audited as `audit` says (`--audit`; None: the engine's default)."""
-    durable = with_durable_workflows(
-        agent, store, single_process=not isinstance(store, DurableStore)
+    its isolated calls audited as `audit` says (`--audit`; None: AGENTS_RUNNER_AUDIT's
+    setting, else the store), the rest as the command's settings say (lease length, egress
+    network: runner/cli/settings.py)."""
+    settings = current(EngineSettings).agent_settings(audit)
+    return with_durable_workflows(
+        agent, store, single_process=not isinstance(store, DurableStore), settings=settings
     )
-    return durable if audit is None else replace(durable, audit=audit)
 
 
 def now_of(store: SessionStore) -> int:

@@ -6,6 +6,7 @@ import re
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from envelopes.bounds import LATEST_VERSION
 from envelopes.v1 import MAX_REQUEST_BYTES, SUPPORTED_VERSIONS, VERSION, ToolCallRequest
 from runner.cli.app import app, fail
 from runner.cli.common import parse_audit_option
+from runner.cli.settings import IsolateSettings, current, env_name
 from runner.cli.transfer import print_event, with_files, write_returned
 from runner.isolation import (
     CallOutcome,
@@ -39,7 +41,7 @@ from runner.isolation.audit import (
     JsonLinesAuditSink,
 )
 from runner.isolation.base import ExchangeRunner
-from runner.session.audit import AUDIT_VARIABLE, AuditSetting
+from runner.session.audit import AuditSetting
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -91,7 +93,7 @@ EgressAllow = Annotated[
 ]  # fmt: skip
 EgressNetwork = Annotated[
     str | None,
-    typer.Option("--egress-network", envvar="AGENTS_RUNNER_EGRESS_NETWORK",
+    typer.Option("--egress-network", envvar=env_name("egress_network"),
                  help="the Docker network the egress proxy reaches the allowed hosts through"
                  " ('bridge': Docker's default route out)"),
 ]  # fmt: skip
@@ -293,9 +295,17 @@ def _quiet(event: WorkerEvent) -> None:
     what it printed (`error.output_tail`); none is shown."""
 
 
+def _isolate_fail_mode(value: AuditSetting | None) -> AuditSetting | None:
+    """`--audit`'s setting, failing closed when AGENTS_RUNNER_AUDIT_FAIL says so."""
+    if value is None:
+        return None
+    return replace(value, fail_closed=current(IsolateSettings).fail_closed)
+
+
 IsolateAudit = Annotated[
     AuditSetting | None,
-    typer.Option("--audit", envvar=AUDIT_VARIABLE, parser=parse_audit_option, metavar="WHERE",
+    typer.Option("--audit", envvar=env_name("audit"), parser=parse_audit_option,
+                 callback=_isolate_fail_mode, metavar="WHERE",
                  help="append the call's audit record to a JSON-lines file: file:PATH"
                       " (default: off, as `isolate` has no store)"),
 ]  # fmt: skip

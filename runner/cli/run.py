@@ -28,13 +28,15 @@ from runner.cli.common import (
     run_pooled,
 )
 from runner.cli.display import echo
+from runner.cli.settings import read_settings, settings_class
 
 
 @app.callback()
 def global_options(ctx: typer.Context, agent_file: AgentFileOption = None) -> None:
     """Run an agent's tool calls durably, and the dangerous ones in isolated workers."""
-    configure_logging()
-    ctx.obj = {"agent_file": agent_file}
+    settings = read_settings(settings_class(ctx.invoked_subcommand))
+    configure_logging(settings.log_level)
+    ctx.obj = {"agent_file": agent_file, "settings": settings}
 
 
 @app.command("run")

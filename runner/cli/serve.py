@@ -38,6 +38,7 @@ from runner.cli.common import (
     StoreOption,
     open_store,
 )
+from runner.cli.settings import env_name
 
 if TYPE_CHECKING:
     from runner.server import Grant
@@ -125,9 +126,7 @@ MaxLongPollsPerTokenOption = Annotated[
 def serve(
     store: StoreOption = DEFAULT_STORE,
     host: Annotated[str, typer.Option("--host", help="the address to bind")] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", min=0, max=65535, envvar="AGENTS_RUNNER_PORT")
-    ] = 8080,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, envvar=env_name("port"))] = 8080,
     agents: Annotated[
         Path | None, typer.Option("--agents", help="the agent files POST /v1/sessions names")
     ] = None,

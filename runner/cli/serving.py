@@ -23,6 +23,7 @@ import anyio
 import uvicorn
 
 from runner.cli.app import fail
+from runner.cli.settings import ServeSettings, current
 from runner.cli.worker import advance_sessions, log
 from runner.isolation import check_engine
 from runner.server import Grant, close_streams, create_app
@@ -94,8 +95,10 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
                concurrency: int, poll_s: float, pool_size: int | None,
                pool_idle_s: float | None, runtime: str | None = None) -> None:  # fmt: skip
     # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
+    settings = current(ServeSettings).agent_settings()  # AGENTS_RUNNER_LEASE_SECONDS...
     app = create_app(store, agents, grants, docker_check=check_engine if pool_size else None,
-                     hosts=listening.hosts, inline=inline, limits=limits)  # fmt: skip
+                     hosts=listening.hosts, inline=inline, limits=limits,
+                     agents=settings)  # fmt: skip
     config = uvicorn.Config(
         app, log_level="warning", access_log=listening.access_log,
         http=head_timeout_protocol(listening.header_timeout_s),
@@ -130,7 +133,9 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
         group.start_soon(http)
-        group.start_soon(keep_sweeping_claims, store)  # lapsed claims (runner.session.claims)
+        group.start_soon(
+            keep_sweeping_claims, store, settings
+        )  # lapsed claims (runner.session.claims)
         await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size,
                                pool_idle_s=pool_idle_s, runtime=runtime)  # fmt: skip
         # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling

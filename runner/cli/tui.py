@@ -13,6 +13,7 @@ import typer
 
 from runner.cli.app import app, fail
 from runner.cli.common import DEFAULT_STORE, AgentFileOption, StoreOption, open_sessions
+from runner.cli.settings import TuiSettings, current, env_name
 
 if TYPE_CHECKING:
     from runner.tui import Source
@@ -30,7 +31,7 @@ def tui(
         str | None,
         typer.Option(
             "--token",
-            envvar="AGENTS_RUNNER_TOKEN",
+            envvar=env_name("token"),
             help="the server's bearer token (an operator's to act, a viewer's to look)",
         ),
     ] = None,
@@ -56,7 +57,7 @@ def tui(
         fail("--token goes with --server")
     # Without an agent file the console only reads and answers: a store must be there.
     with open_sessions(store, create=chosen is not None) as opened:
-        _run(StoreSource(opened, chosen))
+        _run(StoreSource(opened, chosen, settings=current(TuiSettings).agent_settings()))
 
 
 def _run(source: Source) -> None:

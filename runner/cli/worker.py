@@ -51,13 +51,13 @@ from runner.cli.common import (
     StoreOption,
     open_store,
 )
+from runner.cli.settings import WorkerSettings, current
 from runner.isolation import sweep_orphans
 from runner.session import (
     Agent,
     DurableAgent,
     LeaseBusy,
     StoredAgents,
-    default_lease_seconds,
     default_owner,
 )
 from runner.session.agent import remember_files
@@ -164,7 +164,8 @@ async def advance_sessions(
 async def _advance(store: DurableStore, concurrency: int, poll_s: float, stopping: anyio.Event,
                    exit_when_idle: bool, pooled: PooledRunners | None,
                    audit: AuditSetting | None = None) -> None:  # fmt: skip
-    owner, lease_s = default_owner(), default_lease_seconds()
+    # AGENTS_RUNNER_LEASE_SECONDS, AGENTS_RUNNER_AUDIT... (runner/cli/settings.py)
+    settings, owner = current(WorkerSettings).agent_settings(audit), default_owner()
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     errors: dict[str, int] = {}  # session id -> errors in a row
@@ -188,9 +189,14 @@ async def _advance(store: DurableStore, concurrency: int, poll_s: float, stoppin
         wake.set()
 
     def build(agent: Agent) -> DurableAgent:
-        durable = DurableAgent(agent, store, owner=owner, lease_s=lease_s)
-        if audit is not None:  # `--audit`; else the engine's default (the store)
-            durable = replace(durable, audit=audit)  # opens only the audit it is given
+        durable = DurableAgent(
+            agent,
+            store,
+            owner=owner,
+            lease_s=settings.lease_s,
+            audit=settings.audit,
+            egress_network=settings.egress_network,
+        )
         return durable if pooled is None else replace(durable, runner_factory=pooled)
 
     agents = StoredAgents(store, build)

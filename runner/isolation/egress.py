@@ -24,9 +24,10 @@ stops it, reads them back into runner_info["egress_denied"] (at most MAX_DENIED,
 "egress_denied_count") and logs each one here. A warm container (pool.py) gets its
 gateway when it is made, so a pooled call pays nothing more.
 
-The upstream network is never guessed: EgressPolicy(upstream_network=...), else
-$AGENTS_RUNNER_EGRESS_NETWORK, else the call fails to start (WORKER_START_FAILED) saying
-so. Docker's default bridge ("bridge") is the way to the internet, and must be named.
+The upstream network is never guessed: EgressPolicy(upstream_network=...) (the commands
+fill it from the spec, --egress-network or $AGENTS_RUNNER_EGRESS_NETWORK), else the call
+fails to start (WORKER_START_FAILED) saying so. Docker's default bridge ("bridge") is the
+way to the internet, and must be named.
 
 Networks and proxies carry the owner labels of containers.py: `sweep_networks` removes
 the networks of dead owners after the container sweep removed their proxies. Everything
@@ -39,7 +40,6 @@ import contextlib
 import ipaddress
 import json
 import logging
-import os
 import re
 import selectors
 import socket
@@ -69,7 +69,8 @@ from runner.isolation.containers import (
 logger = logging.getLogger(__name__)
 
 EGRESS_PROXY_IMAGE = "agents-runner/egress-proxy:latest"
-#: The upstream network when the policy names none.
+#: The variable the commands read for a policy's upstream network (runner/cli/settings.py):
+#: named in the message of a call whose policy names none; never read here.
 EGRESS_NETWORK_ENV = "AGENTS_RUNNER_EGRESS_NETWORK"
 #: Refusal records a call keeps (all are counted).
 MAX_DENIED = 100
@@ -141,7 +142,8 @@ class EgressPolicy:
     (an address the client may ask for as it is; other IP literals are refused).
 
     `upstream_network`: the Docker network the proxy reaches the allowed hosts through
-    (None: $AGENTS_RUNNER_EGRESS_NETWORK; "bridge" is Docker's default route out).
+    (None: the call fails to start, saying so; "bridge" is Docker's default route out;
+    the commands fill it from --egress-network or $AGENTS_RUNNER_EGRESS_NETWORK).
     `allow_addresses`: CIDR ranges of private addresses allowed names may resolve to
     besides the upstream network's own (global addresses always may; loopback,
     link-local and the like never).
@@ -203,8 +205,8 @@ class EgressPolicy:
             raise ValueError("EgressPolicy.proxy_image must name an image")
 
     def upstream(self) -> str | None:
-        """The upstream network for a call now: the policy's, else the environment's."""
-        return self.upstream_network or os.environ.get(EGRESS_NETWORK_ENV) or None
+        """The upstream network of a call (None: none was given)."""
+        return self.upstream_network
 
     def info(self) -> dict[str, Any]:
         return {"mode": "egress", "allow": list(self.allow), "upstream": self.upstream()}

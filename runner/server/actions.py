@@ -32,7 +32,7 @@ class Retry(BaseModel):
 async def freeze(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     """Stop the session where it is, for every process, until it is resumed."""
     require(who, "operator")
-    agent = await stored_agent(config.store, session_id)
+    agent = await stored_agent(config, session_id)
     session = await call(agent.freeze, session_id)
     return {"session_id": session.id, "status": session.status}
 
@@ -42,7 +42,7 @@ async def pause(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     """agents-exe's pause: run one asynchronous step and persist it; the answer lists
     the continuation tokens of the calls the session waits on."""
     require(who, "operator")
-    agent = await stored_agent(config.store, session_id)
+    agent = await stored_agent(config, session_id)
     with engine_errors():
         report = await agent.step(session_id)
     tokens = [c.token for c in report.session.waiting_on()]
@@ -69,7 +69,7 @@ async def retry(
         raise Problem(409, "force_required", f"call {found.call_id} may already have had its"
                       ' external effects; send {"force": true} to run it again anyway, or'
                       " settle it by completing or failing its continuation")  # fmt: skip
-    agent = await stored_agent(store, found.session_id)
+    agent = await stored_agent(config, found.session_id)
     with engine_errors():
         retried = await agent.retry(found.session_id, token, force=True)
     return {"session_id": retried.id, "status": retried.status, "retried": found.call_id}

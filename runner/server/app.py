@@ -4,7 +4,8 @@ worker loop beside it. `docker_check`, when given, is called by /readyz and rais
 (saying why) when the Docker engine is unreachable. `hosts`: the Host names it answers
 to (hosts.py; loopback names by default); without tokens it also refuses requests a
 browser makes. `inline`: what agents posted inline may do (inline.py); `limits`: the
-caps on event streams and claim requests (limits.py)."""
+caps on event streams and claim requests (limits.py); `agents`: the lease length, audit
+and egress network of every agent it runs (the server reads no environment variable)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from runner.server.hosts import LOOPBACK_HOSTS, BrowserCheck, HostCheck
 from runner.server.inline import InlineRules
 from runner.server.limits import Limits, StreamLimits, limits_apply
 from runner.server.routes import Settings
+from runner.session.settings import AgentSettings
 from runner.stores import DurableStore
 
 
@@ -31,12 +33,13 @@ def create_app(
     hosts: Sequence[str] = LOOPBACK_HOSTS,
     inline: InlineRules | None = None,
     limits: Limits | None = None,
+    agents: AgentSettings | None = None,
 ) -> FastAPI:
     app = FastAPI(title="agents-runner", version="1",
                   description="Durable agent sessions over HTTP (agents-exe's server API).",
                   docs_url=None, redoc_url=None)  # fmt: skip
     app.state.settings = Settings(store, agents_dir, tokens, docker_check,
-                                  inline or InlineRules())  # fmt: skip
+                                  inline or InlineRules(), agents or AgentSettings())  # fmt: skip
     problems.install(app)
     problems.document(app)
     problems.also_answers(app, 421, lambda path, method: True)  # HostCheck

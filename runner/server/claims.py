@@ -83,7 +83,7 @@ async def claim_calls(body: ClaimRequest, request: Request, config: Config,
     while True:
         if anyio.current_time() - swept >= SWEEP_EVERY_S:
             with engine_errors():
-                await sweep_claims(store)
+                await sweep_claims(store, config.agents)
             swept = anyio.current_time()
         claims = await store_call(store.claim_calls, body.tools, worker, body.lease_seconds,
                                   body.max)  # fmt: skip

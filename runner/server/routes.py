@@ -38,9 +38,10 @@ from runner.session import (
     pending_entry,
     with_durable_workflows,
 )
-from runner.session.agent import remember_files
+from runner.session.agent import Agent, remember_files
 from runner.session.operator import CONDITIONS, conditions, session_document
 from runner.session.results import ResultError, result_from_value
+from runner.session.settings import AgentSettings
 from runner.state.transitions import overdue
 from runner.stores import DurableStore, SessionNotFound, StoreError
 
@@ -59,6 +60,12 @@ class Settings:
     docker_check: Callable[[], None] | None = None
     #: What agents posted inline may do (`serve --trust-inline-agents`, `--allow-base-url`).
     inline: InlineRules = field(default_factory=InlineRules)
+    #: What every agent the server runs is given: lease length, audit, egress network
+    #: (`serve` reads them from its environment: runner/cli/settings.py).
+    agents: AgentSettings = field(default_factory=AgentSettings)
+
+    def durable(self, agent: Agent) -> DurableAgent:
+        return with_durable_workflows(agent, self.store, settings=self.agents)
 
 
 class CreateSession(BaseModel):
@@ -146,11 +153,12 @@ async def call(function: Callable[..., T], *args: Any) -> T:
 _AGENTS: weakref.WeakKeyDictionary[DurableStore, StoredAgents] = weakref.WeakKeyDictionary()
 
 
-async def stored_agent(store: DurableStore, session_id: str) -> DurableAgent:
+async def stored_agent(config: Settings, session_id: str) -> DurableAgent:
+    store = config.store
     session = await call(lambda: store.load(session_id, history=False))
     agents = _AGENTS.get(store)
     if agents is None:
-        agents = _AGENTS[store] = StoredAgents(store, lambda a: with_durable_workflows(a, store))
+        agents = _AGENTS[store] = StoredAgents(store, config.durable)
     with engine_errors():
         return await agents.of_hash(session.agent_hash)
 
@@ -204,7 +212,7 @@ async def create_session(body: CreateSession, config: Config, who: Caller) -> di
     definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
                                                 who, config.inline)  # fmt: skip
     attachments = intake.attachments_of(body.attachments)
-    agent = with_durable_workflows(definition.with_mode("asynchronous"), config.store)
+    agent = config.durable(definition.with_mode("asynchronous"))
     session = await call(agent.start, body.prompt, attachments)
     status = session.status
     if body.run:
@@ -274,7 +282,7 @@ async def wake(config: Config, who: Grant | None, token: str, result: ToolResult
         if tracked is None or not who.may_use(tracked.tool):
             raise Problem(403, "forbidden", f"the worker token {who.name!r} is not granted"
                           f" the tool of this call")  # fmt: skip
-    agent = await stored_agent(store, found.session_id)
+    agent = await stored_agent(config, found.session_id)
     with engine_errors():
         report = await agent.wake(found.session_id, [(token, result)])
     if report.conflicting:
@@ -332,7 +340,7 @@ async def resume(
     refusal = resume_refusal(stored, options)
     if refusal is not None:
         raise Problem(409, "conflict", refusal)
-    agent = replace(await stored_agent(config.store, session_id), migrate=options.migrate)
+    agent = replace(await stored_agent(config, session_id), migrate=options.migrate)
     with engine_errors():
         report = await agent.resume(session_id, unquarantine=options.unquarantine,
                                     retry=options.retry)  # fmt: skip
@@ -361,6 +369,6 @@ def resume_refusal(session: Session, options: ResumeOptions) -> str | None:
 @router.post("/v1/sessions/{session_id}/cancel", responses=responses(404, 409, 422))
 async def cancel(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator")
-    agent = await stored_agent(config.store, session_id)
+    agent = await stored_agent(config, session_id)
     session = await call(agent.cancel, session_id)
     return {"session_id": session.id, "status": session.status}

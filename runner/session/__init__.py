@@ -43,12 +43,12 @@ from runner.session.policy import (
 from runner.session.reports import StepReport, WakeReport, pending_entry, waiting_reason
 from runner.session.scheduler import (
     DurableAgent,
-    default_lease_seconds,
     default_owner,
     with_deployment_runner,
     with_durable_workflows,
     with_tool_cache,
 )
+from runner.session.settings import AgentSettings
 from runner.session.storage import StoreCapabilityError, require_durable
 from runner.session.stored import StoredAgents
 from runner.state import (
@@ -66,6 +66,7 @@ __all__ = [
     "SESSION_SCHEMA_VERSION",
     "Agent",
     "AgentError",
+    "AgentSettings",
     "Cache",
     "Decorate",
     "Defer",
@@ -97,7 +98,6 @@ __all__ = [
     "UnknownToken",
     "UserTurn",
     "WakeReport",
-    "default_lease_seconds",
     "default_owner",
     "from_envelope",
     "from_output",

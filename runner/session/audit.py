@@ -1,10 +1,10 @@
 """Where the engine's isolated calls are audited: the setting and the sink it opens.
 
-`AGENTS_RUNNER_AUDIT` (and `--audit` on the commands that run isolated calls) says
-where: `store` (the default: the audit log of the store the sessions are in), a
+The setting says where (the commands read it from `AGENTS_RUNNER_AUDIT` and `--audit`;
+runner/cli/settings.py): `store` (the default: the audit log of the store the sessions are in), a
 JSON-lines file (`file:PATH`), or `off` (an explicit loosening, logged as a warning).
-`AGENTS_RUNNER_AUDIT_FAIL=closed` makes a record that cannot be written fail its call
-(AuditFailed: the step stops before the outcome is used, as if the runner had died
+`fail_closed` (`AGENTS_RUNNER_AUDIT_FAIL=closed`) makes a record that cannot be written
+fail its call (AuditFailed: the step stops before the outcome is used, as if the runner had died
 there, and the effect ledger settles the call); `open`, the default, logs the record
 at ERROR instead and carries on.
 """
@@ -12,7 +12,6 @@ at ERROR instead and carries on.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -66,19 +65,6 @@ def parse_fail_mode(text: str, where: str = AUDIT_FAIL_VARIABLE) -> bool:
     return value == "closed"
 
 
-def setting_from(text: str, where: str = AUDIT_VARIABLE) -> AuditSetting:
-    """`text` (`--audit`'s value), failing closed when AGENTS_RUNNER_AUDIT_FAIL says so."""
-    fail_closed = parse_fail_mode(os.environ.get(AUDIT_FAIL_VARIABLE) or "open")
-    return parse_audit(text, fail_closed, where)
-
-
-def default_audit() -> AuditSetting:
-    """The setting the environment gives (AGENTS_RUNNER_AUDIT, AGENTS_RUNNER_AUDIT_FAIL),
-    else the store's log, failing open."""
-    fail_closed = parse_fail_mode(os.environ.get(AUDIT_FAIL_VARIABLE) or "open")
-    return parse_audit(os.environ.get(AUDIT_VARIABLE) or "store", fail_closed)
-
-
 def open_audit(setting: AuditSetting, store: SessionStore | None) -> AuditSink | None:
     """The sink `setting` names for sessions in `store` (None: not audited, which is
     logged as a warning: nobody will be able to say afterwards what ran)."""
@@ -113,9 +99,7 @@ __all__ = [
     "AUDIT_VARIABLE",
     "AuditSetting",
     "AuditSettingError",
-    "default_audit",
     "open_audit",
     "parse_audit",
     "parse_fail_mode",
-    "setting_from",
 ]

@@ -27,6 +27,7 @@ from runner.session.agent import AgentError, parse_agent
 from runner.session.gate import SessionError
 from runner.session.leases import LeaseBusy
 from runner.session.scheduler import with_durable_workflows
+from runner.session.settings import AgentSettings
 from runner.state import UNKNOWN_OUTCOME, ToolResult
 from runner.stores import Claim, DurableStore, SessionNotFound, StoreError
 
@@ -41,15 +42,17 @@ SWEEP_EVERY_S = 1.0
 LEASE_WAIT_S = 1.0
 
 
-async def sweep_claims(store: DurableStore, *, limit: int = SWEEP_BATCH) -> int:
-    """Decide up to `limit` lapsed claims; returns how many were settled. A claim that
-    cannot be settled now (its session busy, the store away) is logged and left to the
-    next sweep."""
+async def sweep_claims(
+    store: DurableStore, settings: AgentSettings | None = None, *, limit: int = SWEEP_BATCH
+) -> int:
+    """Decide up to `limit` lapsed claims, their sessions advanced as `settings` say;
+    returns how many were settled. A claim that cannot be settled now (its session busy,
+    the store away) is logged and left to the next sweep."""
     lapsed = await anyio.to_thread.run_sync(store.lapsed_claims, limit)
     settled = 0
     for claim in lapsed:
         try:
-            settled += await _settle(store, claim)
+            settled += await _settle(store, claim, settings)
         except (SessionError, LeaseBusy, AgentError, StoreError) as exc:
             logger.warning("claim %s (call %s of session %s) lapsed and is not settled yet:"
                            " %s; the next sweep tries again", claim.token, claim.call_id,
@@ -57,17 +60,19 @@ async def sweep_claims(store: DurableStore, *, limit: int = SWEEP_BATCH) -> int:
     return settled
 
 
-async def keep_sweeping_claims(store: DurableStore, every_s: float = SWEEP_EVERY_S) -> None:
+async def keep_sweeping_claims(
+    store: DurableStore, settings: AgentSettings | None = None, every_s: float = SWEEP_EVERY_S
+) -> None:
     """Sweep every `every_s` until cancelled (`agents-runner serve` runs this)."""
     while True:
         try:
-            await sweep_claims(store)
+            await sweep_claims(store, settings)
         except Exception:  # a sweep's failure must not stop the server; the next one retries
             logger.exception("sweeping lapsed claims failed")
         await anyio.sleep(every_s)
 
 
-async def _settle(store: DurableStore, claim: Claim) -> bool:
+async def _settle(store: DurableStore, claim: Claim, settings: AgentSettings | None) -> bool:
     """Release the claim, or mark it lapsed and move its call to unknown_outcome."""
     try:
         session = await anyio.to_thread.run_sync(
@@ -84,7 +89,8 @@ async def _settle(store: DurableStore, claim: Claim) -> bool:
         return await _mark(store, claim, "released")
     if not await _mark(store, claim, "lapsed"):
         return False  # renewed or finished meanwhile
-    durable = replace(with_durable_workflows(agent.with_mode("asynchronous"), store),
+    durable = replace(with_durable_workflows(agent.with_mode("asynchronous"), store,
+                                             settings=settings),
                       lease_wait_s=LEASE_WAIT_S)  # fmt: skip
     unknown = ToolResult.error(
         UNKNOWN_OUTCOME,

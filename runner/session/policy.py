@@ -78,9 +78,10 @@ Decorator = Annotated[AnyDecorator, Field(discriminator="tag")]
 class EgressSpec(_Spec):
     """`egress` on a docker spec: the container reaches the `allow`ed `host:port`s (and
     `*.domain:port`s) through an egress proxy of its own, and nothing else. `network`:
-    the Docker network the proxy reaches them through (unset: $AGENTS_RUNNER_EGRESS_NETWORK;
-    "bridge" is Docker's default route out). `tlsPorts`: the ports CONNECT may reach
-    (default 443). Checked as EgressPolicy checks it."""
+    the Docker network the proxy reaches them through (unset: the agent's `egress_network`,
+    which the commands read from $AGENTS_RUNNER_EGRESS_NETWORK; "bridge" is Docker's default
+    route out). `tlsPorts`: the ports CONNECT may reach (default 443). Checked as
+    EgressPolicy checks it."""
 
     allow: Annotated[list[str], Field(min_length=1, max_length=256)]
     network: Annotated[str | None, Field(min_length=1)] = None

@@ -33,15 +33,16 @@ from runner.llm import (
 )
 from runner.session import commands, stepper
 from runner.session.agent import Agent, remember
-from runner.session.audit import AuditSetting, default_audit, open_audit
+from runner.session.audit import AuditSetting, open_audit
 from runner.session.gate import GateSettings, SessionError, open_session
 from runner.session.leases import Holder
 from runner.session.output import CALL_OUTPUT, CallOutputBus
-from runner.session.policy import Policy
+from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations, llm_request
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runners import SpecRunners
 from runner.session.runtime import RunnerFactory, Runtime
+from runner.session.settings import DEFAULT_LEASE_SECONDS, AgentSettings, with_egress_network
 from runner.session.storage import Storage, require_durable
 from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, UserTurn
 from runner.state.transitions import set_status
@@ -50,16 +51,9 @@ from runner.tools import ToolRegistry, default_tools
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a lease lasts unless renewed (AGENTS_RUNNER_LEASE_SECONDS overrides).
-DEFAULT_LEASE_SECONDS = 30.0
-
 
 def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def default_lease_seconds() -> float:
-    return float(os.environ.get("AGENTS_RUNNER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
 
 
 @dataclass(frozen=True)
@@ -87,7 +81,7 @@ class DurableAgent:
     clock: Clock = field(default_factory=StoreAlignedClock)
     #: Who holds leases taken by this agent, and for how long each lasts unrenewed.
     owner: str = field(default_factory=default_owner)
-    lease_s: float = field(default_factory=default_lease_seconds)
+    lease_s: float = DEFAULT_LEASE_SECONDS
     #: How long to wait for someone else's lease (None: one lease period and a bit).
     lease_wait_s: float | None = None
     #: Holders that died in a row before a session is quarantined.
@@ -103,8 +97,10 @@ class DurableAgent:
     #: turns since the last one (runner.session.prompt).
     conversations: Conversations = field(init=False, repr=False, compare=False)
     #: Where each isolated call's audit record goes (runner.session.audit): the store's
-    #: audit log unless AGENTS_RUNNER_AUDIT (or the setting given here) says otherwise.
-    audit: AuditSetting = field(default_factory=default_audit)
+    #: audit log unless the setting given here says otherwise.
+    audit: AuditSetting = field(default_factory=AuditSetting)
+    #: The network egress proxies go out through when a spec's `egress` names none.
+    egress_network: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversations", Conversations(self.agent))
@@ -213,6 +209,9 @@ class DurableAgent:
         (dataclasses.replace) never opens, or warns about, the one it replaces."""
         return open_audit(self.audit, self.store)
 
+    def _runner_factory(self, spec: DockerSpec | LocalProcessSpec) -> Runner:
+        return self.runner_factory(with_egress_network(spec, self.egress_network))
+
     @property
     def _gate(self) -> GateSettings:
         return GateSettings(self.owner, self.lease_s, self.lease_wait_s, self.poison_after,
@@ -231,7 +230,7 @@ class DurableAgent:
             yield Runtime(
                 agent=self.agent, storage=Storage(self.store), llm=llm,
                 policy=self.policy or self.agent.policy, tools=self.tools, clock=self.clock,
-                runner_factory=self.runner_factory, conversations=self.conversations,
+                runner_factory=self._runner_factory, conversations=self.conversations,
                 deployment_runner=self.deployment_runner, cache=self.cache,
                 audit=self._audit_sink, audit_fail_closed=self.audit.fail_closed,
                 call_output=self.call_output,
@@ -253,10 +252,17 @@ def single_attempt(agent: Agent) -> ProviderConfig:
 
 
 def with_durable_workflows(
-    agent: Agent, store: SessionStore, *, single_process: bool = False
+    agent: Agent,
+    store: SessionStore,
+    *,
+    single_process: bool = False,
+    settings: AgentSettings | None = None,
 ) -> DurableAgent:
-    """An agent whose sessions are kept in `store` (e.g. runner.stores.SQLiteStore)."""
-    return DurableAgent(agent, store, single_process=single_process)
+    """An agent whose sessions are kept in `store` (e.g. runner.stores.SQLiteStore), run
+    as `settings` say (lease length, audit, egress network; None: the defaults)."""
+    settings = settings or AgentSettings()
+    return DurableAgent(agent, store, single_process=single_process, lease_s=settings.lease_s,
+                        audit=settings.audit, egress_network=settings.egress_network)  # fmt: skip
 
 
 def with_tool_cache(agent: DurableAgent, cache: ToolCache) -> DurableAgent:

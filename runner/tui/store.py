@@ -26,6 +26,7 @@ import anyio.to_thread
 from runner.llm import LLMError
 from runner.session import (
     AgentError,
+    AgentSettings,
     DurableAgent,
     LeaseBusy,
     SessionError,
@@ -93,12 +94,15 @@ def describe(report: StepReport) -> str:
 class StoreSource(Source):
     """The console's source on `store` (which the caller opened and closes).
     `agent_file`: what a prompt typed in the editor starts; `clock`: the time ages are
-    measured against (default: the store's)."""
+    measured against (default: the store's); `settings`: what the agents it runs are given
+    (lease length, audit, egress network; `tui` reads them from its environment)."""
 
     def __init__(self, store: SessionStore, agent_file: Path | None = None,
                  clock: Callable[[], int] | None = None,
-                 whole_up_to: int = WHOLE_UP_TO_TURNS) -> None:  # fmt: skip
+                 whole_up_to: int = WHOLE_UP_TO_TURNS,
+                 settings: AgentSettings | None = None) -> None:  # fmt: skip
         self.store = store
+        self.settings = settings
         self.agent_file = agent_file
         self.clock = clock
         self.whole_up_to = whole_up_to
@@ -129,7 +133,8 @@ class StoreSource(Source):
 
     def _engine(self, agent: Any) -> DurableAgent:
         return with_durable_workflows(agent.with_mode("asynchronous"), self.store,
-                                      single_process=self.durable is None)  # fmt: skip
+                                      single_process=self.durable is None,
+                                      settings=self.settings)  # fmt: skip
 
     async def _stored_agent(self, session_id: str) -> DurableAgent:
         def read() -> DurableAgent:

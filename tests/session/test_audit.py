@@ -10,10 +10,12 @@ from dataclasses import replace
 
 import anyio
 import pytest
+from pydantic import ValidationError
 
+from runner.cli.settings import EngineSettings
 from runner.isolation.audit import AuditFailed, AuditQuery, canonical_sha256, read_audit_file
 from runner.session import parse_agent, with_durable_workflows
-from runner.session.audit import AuditSetting, AuditSettingError, default_audit, parse_audit
+from runner.session.audit import AuditSetting, AuditSettingError, parse_audit
 from runner.stores import FileSessionStore, PostgresStore, SQLiteStore, audit_log_of
 from tests.conftest import MISBEHAVE, REPO
 from tests.session.conftest import agent_doc
@@ -89,19 +91,23 @@ def test_auditing_goes_to_a_file_or_nowhere_as_the_setting_says(tmp_path, caplog
 
 
 def test_the_environment_sets_the_default(monkeypatch, tmp_path):
+    """The commands' settings (runner/cli/settings.py) read the variables; the library
+    takes the setting it is given, the store's log by default."""
     monkeypatch.delenv("AGENTS_RUNNER_AUDIT", raising=False)
     monkeypatch.delenv("AGENTS_RUNNER_AUDIT_FAIL", raising=False)
-    assert default_audit() == AuditSetting("store")
+    assert EngineSettings().audit_setting() == AuditSetting("store")
+    assert isolated_agent(SQLiteStore(tmp_path / "s.db")).audit == AuditSetting("store")
     monkeypatch.setenv("AGENTS_RUNNER_AUDIT", f"file:{tmp_path}/a.jsonl")
     monkeypatch.setenv("AGENTS_RUNNER_AUDIT_FAIL", "closed")
-    assert default_audit() == AuditSetting("file", tmp_path / "a.jsonl", fail_closed=True)
+    expected = AuditSetting("file", tmp_path / "a.jsonl", fail_closed=True)
+    assert EngineSettings().audit_setting() == expected
     for bad, why in (("stor", "expected store, file:PATH or off"), ("file:", "needs a path"),
                      ("syslog:x", "expected store, file:PATH or off")):  # fmt: skip
         with pytest.raises(AuditSettingError, match=why):
             parse_audit(bad)
     monkeypatch.setenv("AGENTS_RUNNER_AUDIT_FAIL", "sometimes")
-    with pytest.raises(AuditSettingError, match="expected open or closed"):
-        default_audit()
+    with pytest.raises(ValidationError, match="expected open or closed"):
+        EngineSettings()
 
 
 def test_fail_closed_stops_the_step_and_the_ledger_settles_the_call_later(tmp_path):

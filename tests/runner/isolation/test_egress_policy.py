@@ -12,8 +12,12 @@ from types import ModuleType
 
 import pytest
 
+from runner.cli.settings import EngineSettings
 from runner.isolation import ContainerLimits, EgressPolicy
 from runner.isolation.egress import EGRESS_NETWORK_ENV, network_info, parse_allow_entry
+from runner.session.execute import container_limits
+from runner.session.policy import DockerSpec, EgressSpec
+from runner.session.settings import with_egress_network
 from tests.conftest import REPO
 
 
@@ -72,7 +76,7 @@ def test_a_policy_is_normalised_and_checked_as_a_whole():
     with pytest.raises(ValueError, match="is empty"):
         EgressPolicy(())
     with pytest.raises(ValueError, match="a list of HOST:PORT"):
-        EgressPolicy("allowed.test:80")  # type: ignore[arg-type]
+        EgressPolicy("allowed.test:80")
     with pytest.raises(ValueError, match=r"allow_addresses\[0\]"):
         EgressPolicy(("a.test:80",), allow_addresses=("not a range",))
     with pytest.raises(ValueError, match="never dials"):
@@ -88,10 +92,22 @@ def test_egress_and_a_named_network_exclude_each_other():
 
 
 def test_the_upstream_comes_from_the_policy_or_the_environment(monkeypatch):
+    """The policy's own network, else the one the commands read from the environment
+    (runner/cli/settings.py) and give the agent, which fills the specs that name none:
+    the library itself reads no variable."""
     monkeypatch.delenv(EGRESS_NETWORK_ENV, raising=False)
     assert EgressPolicy(("a.test:80",)).upstream() is None
+    assert EngineSettings().agent_settings().egress_network is None
     monkeypatch.setenv(EGRESS_NETWORK_ENV, "corp-egress")
-    assert EgressPolicy(("a.test:80",)).upstream() == "corp-egress"
+    assert EgressPolicy(("a.test:80",)).upstream() is None  # never read here
+    network = EngineSettings().agent_settings().egress_network
+    assert network == "corp-egress"
+    spec = DockerSpec.model_validate({"image": "x", "egress": {"allow": ["a.test:80"]}})
+    limits = container_limits(with_egress_network(spec, network))
+    assert limits.egress is not None and limits.egress.upstream() == "corp-egress"
+    mine = spec.model_copy(update={"egress": EgressSpec(allow=["a.test:80"], network="mine")})
+    limits = container_limits(with_egress_network(mine, network))
+    assert limits.egress is not None and limits.egress.upstream() == "mine"
     assert EgressPolicy(("a.test:80",), upstream_network="mine").upstream() == "mine"
 
 
@@ -227,9 +243,9 @@ def test_tls_ports_are_checked_and_normalised():
     assert EgressPolicy(("a.test:80",), tls_ports=()).tls_ports == ()  # no CONNECT at all
     for bad in ((0,), (70000,), ("443",), (True,)):
         with pytest.raises(ValueError, match=r"tls_ports\[0\]"):
-            EgressPolicy(("a.test:443",), tls_ports=bad)  # type: ignore[arg-type]
+            EgressPolicy(("a.test:443",), tls_ports=bad)
     with pytest.raises(ValueError, match="a list of port numbers"):
-        EgressPolicy(("a.test:443",), tls_ports=443)  # type: ignore[arg-type]
+        EgressPolicy(("a.test:443",), tls_ports=443)
 
 
 def query(name: str, qtype: int = 1, flags: int = 0x0100) -> bytes:
