@@ -34,7 +34,6 @@ from runner.session.gate import SessionError
 from runner.session.leases import Holder
 from runner.session.policy import (
     AnyDisposition,
-    BaseDisposition,
     Decorate,
     Defer,
     Label,
@@ -43,6 +42,7 @@ from runner.session.policy import (
     RunSync,
     Timeout,
     from_json,
+    rebase,
     to_json,
     unwrap,
 )
@@ -280,11 +280,11 @@ def _synchronous(
     are awaited within the step (see `_execute`). Decorators are kept."""
     _, base = unwrap(disposition)
     if isinstance(base, RunIsolated) and not base.attached:
-        return _rebase(disposition, base.model_copy(update={"attached": True})), None
+        return rebase(disposition, base.model_copy(update={"attached": True})), None
     if isinstance(base, Defer):
         if builtin:
             logger.info("synchronous agent: deferred call of %s runs its built-in", tool)
-            return _rebase(disposition, RunSync()), None
+            return rebase(disposition, RunSync()), None
         return disposition, ToolResult.error(
             "UNAVAILABLE",
             f"the policy defers {tool!r} ({base.reason}), and deferral needs asynchronous"
@@ -292,13 +292,6 @@ def _synchronous(
             " has no built-in implementation to run instead",
         )
     return disposition, None
-
-
-def _rebase(disposition: AnyDisposition, base: BaseDisposition) -> AnyDisposition:
-    """`disposition` with its innermost disposition replaced by `base`."""
-    if isinstance(disposition, Decorate):
-        return Decorate(decorators=disposition.decorators, inner=_rebase(disposition.inner, base))
-    return base
 
 
 async def _call_step(rt: Runtime, session: Session, holder: Holder, more: bool) -> _Stepped:
@@ -415,7 +408,7 @@ def _with_secrets(
     missing = redacted_names(_spec_json(now))
     if missing:
         raise SessionError(unavailable(missing, where))
-    return _rebase(stored, base.model_copy(update={"spec": now.spec}))
+    return rebase(stored, base.model_copy(update={"spec": now.spec}))
 
 
 def _spec_json(isolated: RunIsolated) -> dict[str, Any]:
