@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self
 
 from runner.state import Session, ToolResult, TrackedCall
+from runner.state.effects import Effects
 
 
 class StoreError(Exception):
@@ -95,7 +96,7 @@ class Effect:
     session_id: str
     call_id: str
     attempt: int
-    effects: Literal["none", "contained", "external"]
+    effects: Effects
     state: EffectState
     result: str | None
 
