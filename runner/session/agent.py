@@ -35,6 +35,7 @@ from runner.llm import OpenAIProvider as OpenAIProvider  # re-exported
 from runner.llm import ScriptedProvider as ScriptedProvider  # re-exported
 from runner.session.policy import PolicyConfig
 from runner.session.secrets import KEYRING, has_secrets, redact, redacted_names
+from runner.state.effects import Effects
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +55,11 @@ class ToolSpec(_Spec):
 
     `effects` tells recovery what re-running an interrupted call could do: `none` or
     `contained` (no network, no mounts: the sandbox is gone) are re-run; `external`
-    calls whose outcome is unknown wait for an operator instead."""
+    calls whose outcome is unknown wait for an operator instead (runner.state.effects)."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
     kind: Literal["builtin", "bash", "external"] = "builtin"
-    effects: Literal["none", "contained", "external"] = "contained"
+    effects: Effects = "contained"
     description: str = ""
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
@@ -120,7 +121,7 @@ class Agent(_Spec):
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 
-    def effects_of(self, tool: str) -> Literal["none", "contained", "external"]:
+    def effects_of(self, tool: str) -> Effects:
         """What a call of `tool` may do outside: as declared, or `external` for a tool the
         file does not declare (nothing says it is safe to run or hand out twice)."""
         spec = self.tool(tool)

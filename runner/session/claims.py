@@ -28,7 +28,7 @@ from runner.session.gate import SessionError
 from runner.session.leases import LeaseBusy
 from runner.session.scheduler import with_durable_workflows
 from runner.session.settings import AgentSettings
-from runner.state import UNKNOWN_OUTCOME, ToolResult
+from runner.state.effects import unknown_if_interrupted, unknown_outcome
 from runner.stores import Claim, DurableStore, SessionNotFound, StoreError
 
 logger = logging.getLogger(__name__)
@@ -85,19 +85,18 @@ async def _settle(store: DurableStore, claim: Claim, settings: AgentSettings | N
         return await _mark(store, claim, "released")
     document = await anyio.to_thread.run_sync(store.agent_document, session.agent_hash)
     agent = parse_agent(document, f"the stored agent of session {session.id}")
-    if agent.effects_of(call.tool) != "external":
+    if not unknown_if_interrupted(agent.effects_of(call.tool)):
         return await _mark(store, claim, "released")
     if not await _mark(store, claim, "lapsed"):
         return False  # renewed or finished meanwhile
     durable = replace(with_durable_workflows(agent.with_mode("asynchronous"), store,
                                              settings=settings),
                       lease_wait_s=LEASE_WAIT_S)  # fmt: skip
-    unknown = ToolResult.error(
-        UNKNOWN_OUTCOME,
+    unknown = unknown_outcome(
         f"the worker {claim.worker!r} that claimed this call stopped renewing its claim"
-        " before giving a result; the tool has external effects, so the call is not handed"
-        " out again until its result arrives or an operator decides (session complete,"
-        " session fail, or session retry --force)",
+        " before giving a result",
+        "the call is not handed out again",
+        "its result arrives or an operator decides",
     )
     report = await durable.wake(session.id, [(call.token, unknown)])
     if report.applied:

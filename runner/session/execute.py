@@ -74,7 +74,8 @@ from runner.session.policy import (
 )
 from runner.session.runtime import Runtime
 from runner.session.schemas import InvalidSchema, argument_error
-from runner.state import UNKNOWN_OUTCOME, Session, ToolResult, TrackedCall
+from runner.state import Session, ToolResult, TrackedCall
+from runner.state.effects import unknown_if_interrupted, unknown_outcome
 from runner.stores import Effect
 from runner.stores.base import EffectState
 from runner.tools import ToolFailure, invoke
@@ -128,7 +129,7 @@ def stored_before_start(agent: Agent, call: TrackedCall, disposition: AnyDisposi
     `external`, or an undeclared tool). A contained in-process call is not worth commits
     of its own: if this process dies it runs again, from ready, as the same attempt, and
     its attempt and result are stored with the step's commit."""
-    external = agent.effects_of(call.tool) == "external"
+    external = unknown_if_interrupted(agent.effects_of(call.tool))
     return external or isinstance(unwrap(disposition)[1], RunIsolated)
 
 
@@ -284,13 +285,12 @@ class CallExecutor:
             if call.next_attempt_ms is not None:  # its failure was counted: back off, retry
                 return None
             return from_envelope(ToolCallResult.model_validate_json(effect.result))
-        if effect.state == "started" and effect.effects == "external":
-            return ToolResult.error(
-                UNKNOWN_OUTCOME,
+        if effect.state == "started" and unknown_if_interrupted(effect.effects):
+            return unknown_outcome(
                 f"attempt {effect.attempt} was handed to its worker and the runner stopped"
-                " before the outcome was recorded; the tool has external effects, so it is"
-                " not run again until an operator decides (session complete, session fail,"
-                " or session retry --force)",
+                " before the outcome was recorded",
+                "it is not run again",
+                "an operator decides",
             )
         return None  # requested only, contained, or abandoned by an operator: run again
 

@@ -49,9 +49,6 @@ class Holder:
 
     lease: Lease | None
     lost: bool = False
-    #: The session version whose stored `llm_attempts` already counts the next model
-    #: call (committed with the calls' results; see stepper._commit_results).
-    attempt_counted_at: int | None = None
 
     @property
     def fences(self) -> tuple[Lease, ...]:

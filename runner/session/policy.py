@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from runner.isolation import EgressPolicy, EnvelopeName
 from runner.llm import RequestedCall
+from runner.state.dispositions import unwrap_stored
 
 
 class _Spec(BaseModel):
@@ -220,15 +221,13 @@ def describe_json(found: dict[str, Any]) -> str:
     """A stored disposition (its JSON) in a few words, for people: `defer (why)`,
     `timeout > runIsolated`, `runIsolated (detached)`. Read from the JSON as stored, so a
     document another version wrote still shows."""
-    tag = str(found.get("tag"))
-    if tag == "decorate":
-        decorators = [str(d.get("tag")) for d in found.get("decorators", [])]
-        return " > ".join([*decorators, describe_json(found.get("inner", {}))])
+    decorators, base = unwrap_stored(found)
+    tag = str(base.get("tag"))
     if tag == "defer":
-        return f"defer ({found.get('reason')})"
-    if tag == "runIsolated":
-        return "runIsolated" + ("" if found.get("attached", True) else " (detached)")
-    return tag
+        tag = f"defer ({base.get('reason')})"
+    elif tag == "runIsolated":
+        tag = "runIsolated" + ("" if base.get("attached", True) else " (detached)")
+    return " > ".join([*(str(d.get("tag")) for d in decorators), tag])
 
 
 def unwrap(disposition: AnyDisposition) -> tuple[list[AnyDecorator], BaseDisposition]:
@@ -238,6 +237,13 @@ def unwrap(disposition: AnyDisposition) -> tuple[list[AnyDecorator], BaseDisposi
         decorators.extend(disposition.decorators)
         disposition = disposition.inner
     return decorators, disposition
+
+
+def rebase(disposition: AnyDisposition, base: BaseDisposition) -> AnyDisposition:
+    """`disposition` with its innermost disposition replaced by `base`, decorators kept."""
+    if isinstance(disposition, Decorate):
+        return Decorate(decorators=disposition.decorators, inner=rebase(disposition.inner, base))
+    return base
 
 
 # --- policies ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import logging
 import math
 import random
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -34,7 +34,6 @@ from runner.session.gate import SessionError
 from runner.session.leases import Holder
 from runner.session.policy import (
     AnyDisposition,
-    BaseDisposition,
     Decorate,
     Defer,
     Label,
@@ -43,6 +42,7 @@ from runner.session.policy import (
     RunSync,
     Timeout,
     from_json,
+    rebase,
     to_json,
     unwrap,
 )
@@ -67,6 +67,14 @@ logger = logging.getLogger(__name__)
 MAX_STEPS_PER_RESUME = 64
 
 
+class _Stepped(NamedTuple):
+    """A step's report, and whether its commit already counted the attempt of the model
+    call the next step makes (see `_commit_results`): what that step is handed."""
+
+    report: StepReport
+    attempt_counted: bool = False
+
+
 async def resume(
     rt: Runtime, session: Session, holder: Holder, *, stop_at_backoff: bool = False
 ) -> StepReport:
@@ -74,22 +82,30 @@ async def resume(
     waiting out a model-call backoff, so the lease is let go and the session is due again,
     for whichever worker is free, once the backoff ends."""
     ran: list[str] = []
-    report = StepReport(session, "nothing")
+    stepped = _Stepped(StepReport(session, "nothing"))
     for n in range(MAX_STEPS_PER_RESUME):
-        current = report.session
+        current = stepped.report.session
         if current.status != "running":
             break
         if stop_at_backoff and backoff_left_ms(current, rt.clock.now_ms()):
             break
-        report = await step(rt, report.session, holder, more=n + 1 < MAX_STEPS_PER_RESUME)
-        ran.extend(report.ran)
-    return replace(report, ran=tuple(ran))
+        more = n + 1 < MAX_STEPS_PER_RESUME
+        stepped = await _step(rt, current, holder, more=more, counted=stepped.attempt_counted)
+        ran.extend(stepped.report.ran)
+    return replace(stepped.report, ran=tuple(ran))
 
 
-async def step(rt: Runtime, session: Session, holder: Holder, *, more: bool = False) -> StepReport:
+async def step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+    """One step."""
+    return (await _step(rt, session, holder, more=False, counted=False)).report
+
+
+async def _step(
+    rt: Runtime, session: Session, holder: Holder, *, more: bool, counted: bool
+) -> _Stepped:
     """One step. `more`: the caller steps again at once while the session is running, so
     a step that ends with the calls' results counts the next model call's attempt in its
-    own commit (see `_commit_results`)."""
+    own commit (see `_commit_results`). `counted`: the step before did that."""
     if session.status == "frozen":
         raise SessionError(f"session {session.id} is frozen; `session resume` continues it")
     if session.status == "failed":
@@ -98,10 +114,10 @@ async def step(rt: Runtime, session: Session, holder: Holder, *, more: bool = Fa
     if session.status == "quarantined":
         raise SessionError(f"session {session.id} is quarantined: {session.quarantine_reason}")
     if session.status in ("completed", "cancelled"):
-        return StepReport(session, "nothing")
+        return _Stepped(StepReport(session, "nothing"))
     last = session.last_turn
     if isinstance(last, UserTurn):
-        return await _llm_step(rt, session, holder)
+        return _Stepped(await _llm_step(rt, session, holder, counted))
     if isinstance(last, PartialUserTurn):
         return await _call_step(rt, session, holder, more)
     raise SessionError(f"session {session.id} ends with an LLM turn and no calls; corrupt?")
@@ -112,20 +128,20 @@ async def run_detached(rt: Runtime, session: Session, holder: Holder) -> StepRep
     detached = [c for c in session.waiting_on() if c.state in ("ready", "running")]
     if not detached or session.status in ("frozen", "quarantined", "failed", "cancelled"):
         return StepReport(session, "nothing")
-    return await _run_calls(rt, session, detached, holder)
+    return (await _run_calls(rt, session, detached, holder)).report
 
 
 # --- the two kinds of step ----------------------------------------------------------------
 
 
-async def _llm_step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+async def _llm_step(rt: Runtime, session: Session, holder: Holder, counted: bool) -> StepReport:
     """Ask the LLM for the next turn, under the model-call budget stored with the session:
     wait out a backoff begun earlier (by this process or one that died), count the attempt
-    in the store before the request (a kill mid-request still spends it), and on failure
-    either store the next attempt's time (retryable, budget left: still running) or fail
-    the session (budget spent, or an error no retry can fix)."""
+    in the store before the request (a kill mid-request still spends it; `counted`: the
+    commit that made `session` did), and on failure either store the next attempt's time
+    (retryable, budget left: still running) or fail the session (budget spent, or an
+    error no retry can fix)."""
     budget = rt.agent.llm_retries
-    counted, holder.attempt_counted_at = holder.attempt_counted_at == session.version, None
     if not counted:
         if session.llm_attempts >= budget.max_attempts:  # the last attempt was interrupted
             last = session.llm_last_error or "the last one was interrupted before it answered"
@@ -264,11 +280,11 @@ def _synchronous(
     are awaited within the step (see `_execute`). Decorators are kept."""
     _, base = unwrap(disposition)
     if isinstance(base, RunIsolated) and not base.attached:
-        return _rebase(disposition, base.model_copy(update={"attached": True})), None
+        return rebase(disposition, base.model_copy(update={"attached": True})), None
     if isinstance(base, Defer):
         if builtin:
             logger.info("synchronous agent: deferred call of %s runs its built-in", tool)
-            return _rebase(disposition, RunSync()), None
+            return rebase(disposition, RunSync()), None
         return disposition, ToolResult.error(
             "UNAVAILABLE",
             f"the policy defers {tool!r} ({base.reason}), and deferral needs asynchronous"
@@ -278,24 +294,17 @@ def _synchronous(
     return disposition, None
 
 
-def _rebase(disposition: AnyDisposition, base: BaseDisposition) -> AnyDisposition:
-    """`disposition` with its innermost disposition replaced by `base`."""
-    if isinstance(disposition, Decorate):
-        return Decorate(decorators=disposition.decorators, inner=_rebase(disposition.inner, base))
-    return base
-
-
-async def _call_step(rt: Runtime, session: Session, holder: Holder, more: bool) -> StepReport:
+async def _call_step(rt: Runtime, session: Session, holder: Holder, more: bool) -> _Stepped:
     calls = runnable(session)
     if not calls:
         await rt.settle_and_commit(session, holder)
-        return StepReport(session, "nothing")
+        return _Stepped(StepReport(session, "nothing"))
     return await _run_calls(rt, session, calls, holder, more)
 
 
 async def _run_calls(
     rt: Runtime, session: Session, calls: list[TrackedCall], holder: Holder, more: bool = False
-) -> StepReport:
+) -> _Stepped:
     now = rt.clock.now_ms()
     plans = [(c, _disposition(rt, session, c)) for c in calls]
     for call in calls:
@@ -309,16 +318,17 @@ async def _run_calls(
             finish(call, finished[call.id], now)
         else:  # the step yielded before it finished: it runs again next step
             move_call(call, "ready", now)
-    await _commit_results(rt, session, holder, more)
-    return StepReport(session, "ran_calls", tuple(c.id for c in calls if c.id in finished))
+    counted = await _commit_results(rt, session, holder, more)
+    ran = tuple(c.id for c in calls if c.id in finished)
+    return _Stepped(StepReport(session, "ran_calls", ran), counted)
 
 
-async def _commit_results(rt: Runtime, session: Session, holder: Holder, more: bool) -> None:
+async def _commit_results(rt: Runtime, session: Session, holder: Holder, more: bool) -> bool:
     """Settle and commit the calls' results. When that makes a user turn of results and
     the next step (`more`) asks the model at once, the commit also counts that request's
     attempt, as `_llm_step` would in a commit of its own: the count is in the store
     before the request either way, and a process that dies in between has spent it,
-    as one killed mid-request has. `holder` notes the version that counted it."""
+    as one killed mid-request has. Returns whether it counted it."""
     settle(session)
     counted = (
         more
@@ -330,8 +340,7 @@ async def _commit_results(rt: Runtime, session: Session, holder: Holder, more: b
     if counted:
         session.llm_attempts += 1
     await rt.commit(session, holder)
-    if counted:
-        holder.attempt_counted_at = session.version
+    return counted
 
 
 async def _execute(
@@ -399,7 +408,7 @@ def _with_secrets(
     missing = redacted_names(_spec_json(now))
     if missing:
         raise SessionError(unavailable(missing, where))
-    return _rebase(stored, base.model_copy(update={"spec": now.spec}))
+    return rebase(stored, base.model_copy(update={"spec": now.spec}))
 
 
 def _spec_json(isolated: RunIsolated) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 models.py: sessions, turns, tracked calls and results (exact JSON round trips);
 transitions.py: the tables of allowed state changes and the functions that apply them;
 clock.py: the engine's injectable clock; events.py: the events a write makes (what the
-stores' event log records). Nothing here does I/O or knows of stores.
+stores' event log records); dispositions.py: a stored disposition's decorate, read once;
+effects.py: what a call's effects imply after a crash. Nothing here does I/O or knows of
+stores.
 """
 
 from runner.state.clock import Clock, ManualClock, StoreAlignedClock, SystemClock

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runner.state.dispositions import detached
+
 #: Version of the session document; a store refuses documents newer than this. A field
 #: the engine only shows and never decides by (TrackedCall.output) is added without a
 #: bump: a document lacking it is complete as it is, so nothing needs migrating.
@@ -298,7 +300,7 @@ class Session(Model):
     def waiting_on(self) -> list[TrackedCall]:
         """Calls that only something outside this step can finish."""
         outside = ("deferred", "unknown_outcome")
-        return [c for c in self.open_calls() if c.state in outside or _detached(c)]
+        return [c for c in self.open_calls() if c.state in outside or detached(c.disposition)]
 
     def due_ms(self) -> int | None:
         """When a worker should next advance this session; None: only outside input can."""
@@ -334,10 +336,3 @@ def migrate(session: Session) -> Session:
     only added fields with defaults, or renamed a status that `Session` reads under its
     new name, so the document itself needs no rewriting)."""
     return session.model_copy(update={"schema_version": SESSION_SCHEMA_VERSION})
-
-
-def _detached(call: TrackedCall) -> bool:
-    inner = call.disposition
-    while inner.get("tag") == "decorate":
-        inner = inner["inner"]
-    return inner.get("tag") == "runIsolated" and inner.get("attached") is False

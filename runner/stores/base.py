@@ -35,6 +35,7 @@ from typing import Any, Literal, Protocol, Self
 
 from runner.isolation.audit import AuditQuery, AuditRecord
 from runner.state import Session, ToolResult, TrackedCall
+from runner.state.effects import Effects
 
 
 class StoreError(Exception):
@@ -102,7 +103,7 @@ class Effect:
     session_id: str
     call_id: str
     attempt: int
-    effects: Literal["none", "contained", "external"]
+    effects: Effects
     state: EffectState
     result: str | None
 
