@@ -3,7 +3,7 @@ operator sees, drawn from a real SQLite store. The sessions are made by the engi
 then stored again under fixed ids, tokens and times, and the console measures ages
 against a fixed clock, so every run draws the same picture.
 `pytest tests/tui --snapshot-update` redraws them after a deliberate change;
-docs/images/tui-pending.svg (the README's picture) is the first one."""
+docs/images/tui-pending.svg (the console page's picture, docs/console.md) is the first one."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_the_list_filtered_by_typing_and_a_completed_session(fixed_store, snap_c
 
 
 def test_the_readme_picture_is_the_pending_panel_snapshot():
-    """The README's picture is the first snapshot; after --snapshot-update, copy it:
+    """The console page's picture is the first snapshot; after --snapshot-update, copy it:
     cp tests/tui/__snapshots__/test_snapshots/test_the_pending_panel_of_a_waiting_session.svg
        docs/images/tui-pending.svg"""
     drawn = SNAPSHOTS / "test_the_pending_panel_of_a_waiting_session.svg"
