@@ -4,7 +4,10 @@ worker loop beside it. `docker_check`, when given, is called by /readyz and rais
 (saying why) when the Docker engine is unreachable. `hosts`: the Host names it answers
 to (hosts.py; loopback names by default); without tokens it also refuses requests a
 browser makes. `inline`: what agents posted inline may do (inline.py); `limits`: the
-caps on event streams and claim requests (limits.py)."""
+caps on event streams and claim requests (limits.py); `engine`: the Engine every
+operation goes through (runner.session.engine), shared with the worker loop that `serve`
+runs beside the app so that its calls' live output reaches the event streams (one is
+made on `store` when none is given)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from runner.server.hosts import LOOPBACK_HOSTS, BrowserCheck, HostCheck
 from runner.server.inline import InlineRules
 from runner.server.limits import Limits, StreamLimits, limits_apply
 from runner.server.routes import Settings
+from runner.session import Engine, default_lease_seconds
+from runner.session.audit import default_audit
 from runner.stores import DurableStore
 
 
@@ -31,11 +36,14 @@ def create_app(
     hosts: Sequence[str] = LOOPBACK_HOSTS,
     inline: InlineRules | None = None,
     limits: Limits | None = None,
+    engine: Engine | None = None,
 ) -> FastAPI:
     app = FastAPI(title="agents-runner", version="1",
                   description="Durable agent sessions over HTTP (agents-exe's server API).",
                   docs_url=None, redoc_url=None)  # fmt: skip
-    app.state.settings = Settings(store, agents_dir, tokens, docker_check,
+    if engine is None:  # the environment's audit and lease, as `serve` gives them
+        engine = Engine(store, audit=default_audit(), lease_s=default_lease_seconds())
+    app.state.settings = Settings(store, engine, agents_dir, tokens, docker_check,
                                   inline or InlineRules())  # fmt: skip
     problems.install(app)
     problems.document(app)
