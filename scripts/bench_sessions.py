@@ -147,7 +147,8 @@ async def bench_round_trips(report: Report, directory: Path, samples: int = 10) 
                            detail={"calls": kinds["continuation"]}))  # fmt: skip
     report.rows.append(Row("resume of the woken session: store calls", "calls",
                            statistics.median(resume), p95(resume), samples,
-                           note=_calls(kinds["resume"]), detail={"calls": kinds["resume"]}))  # fmt: skip
+                           note=_calls(kinds["resume"]),
+                           detail={"calls": kinds["resume"]}))  # fmt: skip
 
 
 def _calls(counts: dict[str, int]) -> str:
