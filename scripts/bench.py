@@ -6,8 +6,8 @@ p95 and the ratio of the medians. It assumes what `scripts/test` sets up: `.venv
 running Docker engine and the images of `scripts/build-images`.
 
     scripts/bench [--json FILE|-]
-                  [--only local,docker,pool,runtimes,throughput,sessions,postgres,server,
-                          events,claims,workers,bodies,wire]
+                  [--only local,docker,pool,runtimes,throughput,sessions,roundtrips,
+                          postgres,server,events,claims,workers,bodies,wire]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from bench_claims import bench_claims
 from bench_events import bench_events
 from bench_runtimes import bench_runtimes
 from bench_server import bench_server
-from bench_sessions import bench_postgres, bench_sessions
+from bench_sessions import bench_postgres, bench_round_trips, bench_sessions
 from bench_wire import bench_wire
 from bench_workers import bench_workers
 from benchkit import Report, Row, compared, p95, render, request, timed
@@ -62,8 +62,8 @@ EXAMPLE_WORKER = ["bash", str(REPO / "examples/workers/bash/worker.sh")]
 MINIMAL_WORKER = ["sh", "-c", "cat >/dev/null; printf '%s' '{\"kind\":\"ToolCallResult\","
                   "\"version\":\"1.0\",\"id\":\"bench-0\",\"status\":\"ok\","
                   "\"output\":{\"type\":\"text\",\"content\":\"hi\"}}'"]  # fmt: skip
-ROWS = ("local", "docker", "pool", "runtimes", "throughput", "sessions", "postgres", "server",
-        "events", "claims", "workers", "bodies", "wire")  # fmt: skip
+ROWS = ("local", "docker", "pool", "runtimes", "throughput", "sessions", "roundtrips",
+        "postgres", "server", "events", "claims", "workers", "bodies", "wire")  # fmt: skip
 #: `--json -`: the rows as JSON on stdout.
 STDOUT = Path("-")
 #: The PostgreSQL server the `postgres` rows use (scripts/bench starts a throwaway one).
@@ -296,6 +296,9 @@ async def main(only: tuple[str, ...], json_path: Path | None) -> int:
     if "sessions" in only:
         with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
             await bench_sessions(report, Path(directory))
+    if "roundtrips" in only:  # store calls per continuation and per resume (the Engine)
+        with tempfile.TemporaryDirectory(prefix="agents-runner-bench-") as directory:
+            await bench_round_trips(report, Path(directory))
     if "postgres" in only:
         url = os.environ.get(POSTGRES_URL_VARIABLE)
         if not url:

@@ -21,7 +21,8 @@ from benchkit import Report, Row, p95, timed
 
 from runner.llm import LLMRequest, LLMResponse
 from runner.llm.scripted import ScriptedLLM
-from runner.session import parse_agent, with_durable_workflows
+from runner.session import Engine, parse_agent, with_durable_workflows
+from runner.session.storage import StoreCalls
 from runner.state import ToolResult
 from runner.stores import DurableStore, SQLiteStore, open_store
 
@@ -96,6 +97,62 @@ async def bench_sessions(report: Report, directory: Path, samples: int = 30) -> 
         report.rows.append(row)
     await bench_iteration(report, directory)
     await bench_step_by_length(report, directory)
+
+
+# --- store round trips of the Engine's continuation and resume ---------------------------
+
+#: The store calls that read a session: the token's lookup and loads.
+SESSION_READS = ("find", "load", "with_history")
+
+
+async def bench_round_trips(report: Report, directory: Path, samples: int = 10) -> None:
+    """The store calls of `Engine.complete` by continuation token (target: at most two
+    that read the session, the token's lookup and the one load under the lease) and of
+    the resume that follows, counted on a real SQLite store (StoreCalls)."""
+    store = SQLiteStore(directory / "round-trips.db")
+    engine = Engine(store)
+    agent = parse_agent(SESSION_AGENT)
+    reads: list[float] = []
+    continuation: list[float] = []
+    resume: list[float] = []
+    kinds: dict[str, dict[str, int]] = {}
+    for _ in range(samples):
+        session = await engine.start(agent, "go")
+        # one `echo` call, then the deferred `later` call the continuation answers
+        durable = replace(engine.agent(agent), llm=script_with_turns(5))
+        waiting = await durable.resume(session.id)
+        if waiting.status != "waiting":
+            raise SystemExit(f"bench: the round-trip session ended {waiting.status}")
+        (call,) = waiting.session.waiting_on()
+        counted = StoreCalls(store)
+        try:
+            await engine.complete(call.token, ToolResult(status="ok", content="done"))
+            kinds["continuation"] = dict(counted.counts)
+            reads.append(sum(counted.counts[name] for name in SESSION_READS))
+            continuation.append(counted.total)
+            counted.reset()
+            await durable.resume(session.id)
+            kinds["resume"] = dict(counted.counts)
+            resume.append(counted.total)
+        finally:
+            counted.stop()
+    store.close()
+    read_p95 = p95(reads)
+    report.rows.append(Row("continuation by token (Engine.complete): session reads", "calls",
+                           statistics.median(reads), read_p95, samples, target="<= 2",
+                           met=read_p95 <= 2, note="find + the load under the lease"))  # fmt: skip
+    report.rows.append(Row("continuation by token (Engine.complete): store calls", "calls",
+                           statistics.median(continuation), p95(continuation), samples,
+                           note=_calls(kinds["continuation"]),
+                           detail={"calls": kinds["continuation"]}))  # fmt: skip
+    report.rows.append(Row("resume of the woken session: store calls", "calls",
+                           statistics.median(resume), p95(resume), samples,
+                           note=_calls(kinds["resume"]),
+                           detail={"calls": kinds["resume"]}))  # fmt: skip
+
+
+def _calls(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
 
 
 # --- one agent iteration, and a step by the session's length -----------------------------

@@ -133,11 +133,11 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)
         group.start_soon(http)
-        group.start_soon(
-            keep_sweeping_claims, store, settings
-        )  # lapsed claims (runner.session.claims)
+        group.start_soon(keep_sweeping_claims, store, settings)  # lapsed claims
+        # The loop's calls publish their live output where the app's event streams listen.
         await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size,
-                               pool_idle_s=pool_idle_s, runtime=runtime)  # fmt: skip
+                               pool_idle_s=pool_idle_s, runtime=runtime,
+                               call_output=app.state.settings.engine.call_output)  # fmt: skip
         # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
         # it part way would end the lifespan with a traceback.
         server.should_exit = True

@@ -28,7 +28,6 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -54,15 +53,14 @@ from runner.cli.common import (
 from runner.cli.settings import WorkerSettings, current
 from runner.isolation import sweep_orphans
 from runner.session import (
-    Agent,
-    DurableAgent,
+    Engine,
     LeaseBusy,
-    StoredAgents,
     default_owner,
 )
 from runner.session.agent import remember_files
 from runner.session.audit import AuditSetting
-from runner.session.runners import PooledRunners, runner_factory
+from runner.session.output import CallOutputBus
+from runner.session.runners import runner_factory
 from runner.state import Session
 from runner.stores import DurableStore
 
@@ -137,13 +135,15 @@ async def advance_sessions(
     pool_idle_s: float | None = None,
     runtime: str | None = None,
     audit: AuditSetting | None = None,
+    call_output: CallOutputBus | None = None,
 ) -> None:
     """Advance due sessions until `stopping` is set (then drain: what is in flight
     finishes and its leases are released) or, with `exit_when_idle`, nothing is due.
     `worker` and `serve` both run this loop; each decides what sets `stopping`.
     Docker-isolated calls come from a warm pool (`pool_size`; None: each docker spec's
     `pool`; 0: none; see runner/cli/pooling.py), closed after the drain, and run under
-    `runtime` when one is forced (`--runtime`; None: each docker spec's)."""
+    `runtime` when one is forced (`--runtime`; None: each docker spec's). The calls'
+    live output goes to `call_output` (`serve`'s app listens to it)."""
     # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
     await anyio.to_thread.run_sync(sweep_orphans)
     async with runner_factory(pool_size, pool_idle_s, runtime) as pooled:
@@ -153,19 +153,23 @@ async def advance_sessions(
             sizes = ("as many as each docker spec's `pool` asks" if pool_size is None
                      else f"{pool_size} container(s) per image")  # fmt: skip
             log(f"warm pool open: {sizes}")
+        # `--audit`, else AGENTS_RUNNER_AUDIT...; AGENTS_RUNNER_LEASE_SECONDS
+        # (runner/cli/settings.py).
+        settings = current(WorkerSettings).agent_settings(audit)
+        engine = Engine(store, pooled, settings.audit, owner=default_owner(),
+                        lease_s=settings.lease_s, egress_network=settings.egress_network,
+                        call_output=call_output)  # fmt: skip
         try:
-            await _advance(store, concurrency, poll_s, stopping, exit_when_idle, pooled, audit)
+            await _advance(engine, store, concurrency, poll_s, stopping, exit_when_idle)
         finally:
             if pooled is not None:
                 log(f"warm pool: closing ({pooled.pool.idle()} idle,"
                     f" {pooled.pool.starting()} starting)")  # fmt: skip
 
 
-async def _advance(store: DurableStore, concurrency: int, poll_s: float, stopping: anyio.Event,
-                   exit_when_idle: bool, pooled: PooledRunners | None,
-                   audit: AuditSetting | None = None) -> None:  # fmt: skip
-    # AGENTS_RUNNER_LEASE_SECONDS, AGENTS_RUNNER_AUDIT... (runner/cli/settings.py)
-    settings, owner = current(WorkerSettings).agent_settings(audit), default_owner()
+async def _advance(engine: Engine, store: DurableStore, concurrency: int, poll_s: float,
+                   stopping: anyio.Event, exit_when_idle: bool) -> None:  # fmt: skip
+    owner = engine.owner
     in_flight: set[str] = set()
     resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
     errors: dict[str, int] = {}  # session id -> errors in a row
@@ -188,24 +192,9 @@ async def _advance(store: DurableStore, concurrency: int, poll_s: float, stoppin
         log(f"worker {owner}: draining ({len(in_flight)} in flight)")
         wake.set()
 
-    def build(agent: Agent) -> DurableAgent:
-        durable = DurableAgent(
-            agent,
-            store,
-            owner=owner,
-            lease_s=settings.lease_s,
-            audit=settings.audit,
-            egress_network=settings.egress_network,
-        )
-        return durable if pooled is None else replace(durable, runner_factory=pooled)
-
-    agents = StoredAgents(store, build)
-
     async def advance(session_id: str) -> None:
         try:
-            session = await anyio.to_thread.run_sync(lambda: store.load(session_id, history=False))
-            durable = await agents.of_hash(session.agent_hash)
-            report = await durable.work(session_id)
+            report = await engine.work(session_id)  # the agent: from its one load
             errors.pop(session_id, None)
             log(f"session {session_id}: {report.status}, ran {len(report.ran)} call(s)"
                 + describe(report.session))  # fmt: skip

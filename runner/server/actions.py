@@ -15,7 +15,7 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.server.problems import Problem, responses
-from runner.server.routes import Caller, Config, call, engine_errors, require, stored_agent
+from runner.server.routes import Caller, Config, call, engine_errors, require
 from runner.server.visibility import view_of
 
 router = APIRouter()
@@ -32,8 +32,8 @@ class Retry(BaseModel):
 async def freeze(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     """Stop the session where it is, for every process, until it is resumed."""
     require(who, "operator")
-    agent = await stored_agent(config, session_id)
-    session = await call(agent.freeze, session_id)
+    with engine_errors():
+        session = await config.engine.freeze(session_id)
     return {"session_id": session.id, "status": session.status}
 
 
@@ -42,9 +42,8 @@ async def pause(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     """agents-exe's pause: run one asynchronous step and persist it; the answer lists
     the continuation tokens of the calls the session waits on."""
     require(who, "operator")
-    agent = await stored_agent(config, session_id)
     with engine_errors():
-        report = await agent.step(session_id)
+        report = await config.engine.pause(session_id)
     tokens = [c.token for c in report.session.waiting_on()]
     return {**view_of(who).report(report), "continuation_tokens": tokens}
 
@@ -69,7 +68,6 @@ async def retry(
         raise Problem(409, "force_required", f"call {found.call_id} may already have had its"
                       ' external effects; send {"force": true} to run it again anyway, or'
                       " settle it by completing or failing its continuation")  # fmt: skip
-    agent = await stored_agent(config, found.session_id)
     with engine_errors():
-        retried = await agent.retry(found.session_id, token, force=True)
+        retried = await config.engine.retry(found.session_id, token, force=True)
     return {"session_id": retried.id, "status": retried.status, "retried": found.call_id}

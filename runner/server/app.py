@@ -5,7 +5,10 @@ worker loop beside it. `docker_check`, when given, is called by /readyz and rais
 to (hosts.py; loopback names by default); without tokens it also refuses requests a
 browser makes. `inline`: what agents posted inline may do (inline.py); `limits`: the
 caps on event streams and claim requests (limits.py); `agents`: the lease length, audit
-and egress network of every agent it runs (the server reads no environment variable)."""
+and egress network of every agent it runs (the server reads no environment variable);
+`engine`: the Engine every operation goes through (runner.session.engine), shared with
+the session worker that `serve` runs beside the app so that its calls' live output
+reaches the event streams (one is made on `store` with `agents` when none is given)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from runner.server.hosts import LOOPBACK_HOSTS, BrowserCheck, HostCheck
 from runner.server.inline import InlineRules
 from runner.server.limits import Limits, StreamLimits, limits_apply
 from runner.server.routes import Settings
+from runner.session import Engine
 from runner.session.settings import AgentSettings
 from runner.stores import DurableStore
 
@@ -34,12 +38,17 @@ def create_app(
     inline: InlineRules | None = None,
     limits: Limits | None = None,
     agents: AgentSettings | None = None,
+    engine: Engine | None = None,
 ) -> FastAPI:
     app = FastAPI(title="agents-runner", version="1",
                   description="Durable agent sessions over HTTP (agents-exe's server API).",
                   docs_url=None, redoc_url=None)  # fmt: skip
-    app.state.settings = Settings(store, agents_dir, tokens, docker_check,
-                                  inline or InlineRules(), agents or AgentSettings())  # fmt: skip
+    agents = agents or AgentSettings()
+    if engine is None:
+        engine = Engine(store, audit=agents.audit, lease_s=agents.lease_s,
+                        egress_network=agents.egress_network)  # fmt: skip
+    app.state.settings = Settings(store, engine, agents_dir, tokens, docker_check,
+                                  inline or InlineRules(), agents)  # fmt: skip
     problems.install(app)
     problems.document(app)
     problems.also_answers(app, 421, lambda path, method: True)  # HostCheck

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from types import MappingProxyType
 from typing import Annotated, Any
 
 import anyio
@@ -48,7 +49,7 @@ from runner.server.auth import Grant
 from runner.server.problems import Problem, responses
 from runner.server.routes import Caller, Config, call, require
 from runner.server.visibility import View, view_of
-from runner.session.output import CALL_OUTPUT, CallOutputBus, LiveOutput
+from runner.session.output import CallOutputBus, LiveOutput
 from runner.stores import DurableStore, Event, StoreError
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,8 @@ def close_streams(app: FastAPI) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     hub = EventHub(app.state.settings.store)
     app.state.events = hub
-    # The process's bus unless the app was given another (app.state.call_output).
-    bus: CallOutputBus = getattr(app.state, "call_output", CALL_OUTPUT)
+    # The app's engine's bus: `serve`'s worker loop runs calls through that engine too.
+    bus: CallOutputBus = app.state.settings.engine.call_output
     unsubscribe = bus.subscribe(hub.offer_live)  # here: called on this loop
     async with anyio.create_task_group() as group:
         group.start_soon(hub.run)
@@ -311,12 +312,12 @@ async def stream(
 
 
 #: The 200 answer's description (FastAPI documents its text/event-stream items).
-STREAM: dict[int | str, dict[str, Any]] = {
+STREAM: Mapping[int | str, dict[str, Any]] = MappingProxyType({
     200: {
         "description": "Server-Sent Events: `id: <seq>`, `event: <kind>`, `data: <JSON>`;"
         " a running call's live `call.output` has no `id` (it is not in the log)"
     }
-}
+})  # fmt: skip
 
 
 @router.get("/v1/sessions/{session_id}/events", response_class=EventSourceResponse,
@@ -332,7 +333,7 @@ async def session_events(
         yield item
 
 
-@router.get("/v1/events", response_class=EventSourceResponse, responses=STREAM)
+@router.get("/v1/events", response_class=EventSourceResponse, responses={**STREAM})
 async def all_events(who: Watcher, hub: Hub, after: After) -> AsyncIterator[ServerSentEvent]:
     """Every session's events the caller may see as Server-Sent Events, from now (or
     after `Last-Event-ID` / `after`). A worker sees only its tools' call events."""

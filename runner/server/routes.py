@@ -2,16 +2,16 @@
 in actions.py, what POST /v1/sessions takes in is checked in intake.py). Store and engine
 calls run in worker threads or through the engine's own async API; their expected
 failures become problems (see `engine_errors`), so no client mistake is a 500. `Caller`,
-`Config`, `require`, `call`, `wake`, `stored_agent` and `engine_errors` are what the
-other route modules build on."""
+`Config`, `require`, `call`, `wake` and `engine_errors` are what the other route modules
+build on; every operation on a session goes through the app's one Engine
+(`Settings.engine`, runner.session.engine), which keeps the stored agents it runs."""
 
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -27,22 +27,20 @@ from runner.server.problems import Problem, responses
 from runner.server.visibility import view_of
 from runner.session import (
     AgentError,
-    DurableAgent,
+    Engine,
     LeaseBusy,
     Session,
     SessionError,
     StoreCapabilityError,
-    StoredAgents,
     ToolResult,
+    TrackedCall,
     UnknownToken,
     pending_entry,
-    with_durable_workflows,
 )
-from runner.session.agent import Agent, remember_files
-from runner.session.operator import CONDITIONS, conditions, session_document
+from runner.session.agent import remember_files
+from runner.session.operator import CONDITIONS, conditions
 from runner.session.results import ResultError, result_from_value
 from runner.session.settings import AgentSettings
-from runner.state.transitions import overdue
 from runner.stores import DurableStore, SessionNotFound, StoreError
 
 log = logging.getLogger(__name__)
@@ -54,6 +52,8 @@ RESUME_LEASE_WAIT_S = 1.0
 @dataclass(frozen=True)
 class Settings:
     store: DurableStore
+    #: What every operation on a session goes through (on `store`).
+    engine: Engine
     agents_dir: Path | None
     grants: list[Grant] | None  # None: no access control (`serve --no-auth`)
     #: Raises, saying why, when the Docker engine is unreachable (None: not checked).
@@ -63,9 +63,6 @@ class Settings:
     #: What every agent the server runs is given: lease length, audit, egress network
     #: (`serve` reads them from its environment: runner/cli/settings.py).
     agents: AgentSettings = field(default_factory=AgentSettings)
-
-    def durable(self, agent: Agent) -> DurableAgent:
-        return with_durable_workflows(agent, self.store, settings=self.agents)
 
 
 class CreateSession(BaseModel):
@@ -149,20 +146,6 @@ async def call(function: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(function, *args)
 
 
-#: Per store, its stored agents made so far (see runner.session.stored).
-_AGENTS: weakref.WeakKeyDictionary[DurableStore, StoredAgents] = weakref.WeakKeyDictionary()
-
-
-async def stored_agent(config: Settings, session_id: str) -> DurableAgent:
-    store = config.store
-    session = await call(lambda: store.load(session_id, history=False))
-    agents = _AGENTS.get(store)
-    if agents is None:
-        agents = _AGENTS[store] = StoredAgents(store, config.durable)
-    with engine_errors():
-        return await agents.of_hash(session.agent_hash)
-
-
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Read the agents directory once at start: the env values of its specs are never
@@ -212,13 +195,15 @@ async def create_session(body: CreateSession, config: Config, who: Caller) -> di
     definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
                                                 who, config.inline)  # fmt: skip
     attachments = intake.attachments_of(body.attachments)
-    agent = config.durable(definition.with_mode("asynchronous"))
-    session = await call(agent.start, body.prompt, attachments)
+    engine = config.engine
+    with engine_errors():
+        session = await engine.start(definition.with_mode("asynchronous"), body.prompt,
+                                     attachments)  # fmt: skip
     status = session.status
     if body.run:
         # LeaseBusy: a worker took it first, and it advances the session.
         with engine_errors(), suppress(LeaseBusy):
-            status = (await agent.resume(session.id)).status
+            status = (await engine.resume(session.id)).status
     return {"session_id": session.id, "status": status}
 
 
@@ -246,22 +231,16 @@ async def list_sessions(
 @router.get("/v1/sessions/{session_id}", responses=responses(404, 409, 422))
 async def show_session(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator", "viewer")
-    store = config.store
-
-    def document() -> dict[str, Any]:
-        session = store.load(session_id)
-        return session_document(session, store.lease(session_id), store.now_ms(),
-                                store.late_results(session_id))  # fmt: skip
-
-    return view_of(who).document(await call(document))
+    with engine_errors():
+        return view_of(who).document(await config.engine.show(session_id))
 
 
 @router.get("/v1/sessions/{session_id}/pending", responses=responses(404, 409, 422))
 async def pending(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator", "viewer", "worker")
-    store = config.store
-    session = await call(lambda: store.load(session_id, history=False))
-    late = {c.id for c in overdue(session, await call(store.now_ms))}
+    with engine_errors():
+        found = await config.engine.pending(session_id)
+    session, late = found.session, found.overdue
     view = view_of(who)
     calls = view.calls([pending_entry(c, overdue=c.id in late) for c in session.open_calls()])
     return view.body({"session_id": session.id, "status": session.status, "calls": calls})
@@ -271,34 +250,35 @@ async def wake(config: Config, who: Grant | None, token: str, result: ToolResult
                resume: bool) -> JSONResponse:  # fmt: skip
     """agents-exe's continuation answers: applied, already_completed (200), unknown_token
     (404), token_already_completed (409), expired (410, the result kept as late)."""
-    store = config.store
-    found = await call(store.find, token)
-    if found is None:
-        raise Problem(404, "unknown_token", f"no call has the continuation token {token!r}")
+    authorize = None
     if who is not None and who.role != "operator":
         require(who, "worker")
-        session = await call(lambda: store.load(found.session_id))
-        tracked = session.call_by_token(token)
-        if tracked is None or not who.may_use(tracked.tool):
-            raise Problem(403, "forbidden", f"the worker token {who.name!r} is not granted"
-                          f" the tool of this call")  # fmt: skip
-    agent = await stored_agent(config, found.session_id)
+        grant = who
+
+        def authorize(tracked: TrackedCall) -> None:  # sees the call the gate loaded
+            if not grant.may_use(tracked.tool):
+                raise Problem(403, "forbidden", f"the worker token {grant.name!r} is not"
+                              " granted the tool of this call")  # fmt: skip
+
+    engine = config.engine
     with engine_errors():
-        report = await agent.wake(found.session_id, [(token, result)])
+        report = await engine.complete(token, result, authorize)
+    answered = report.session.call_by_token(token)
+    call_id = answered.id if answered is not None else "?"
     if report.conflicting:
-        raise Problem(409, "token_already_completed", f"call {found.call_id} already ended"
+        raise Problem(409, "token_already_completed", f"call {call_id} already ended"
                       " with a different result; this one was refused")  # fmt: skip
     if report.late:
-        raise Problem(410, "expired", f"call {found.call_id} had expired; the result is kept"
+        raise Problem(410, "expired", f"call {call_id} had expired; the result is kept"
                       " as late and changes nothing")  # fmt: skip
     body: dict[str, Any] = {"status": "already_completed" if report.already_completed
                             else "applied", "session_id": report.session.id,
                             "session_status": report.session.status}  # fmt: skip
     if resume and report.session.status == "running":
-        quick = replace(agent, lease_wait_s=RESUME_LEASE_WAIT_S)
         with engine_errors():
             try:
-                body["resumed"] = view_of(who).report(await quick.resume(found.session_id))
+                resumed = await engine.resume(report.session.id, lease_wait_s=RESUME_LEASE_WAIT_S)
+                body["resumed"] = view_of(who).report(resumed)
             except LeaseBusy:  # held by a live process, which continues it
                 body["resumed"] = None
     return JSONResponse(view_of(who).body(body))
@@ -340,10 +320,11 @@ async def resume(
     refusal = resume_refusal(stored, options)
     if refusal is not None:
         raise Problem(409, "conflict", refusal)
-    agent = replace(await stored_agent(config, session_id), migrate=options.migrate)
     with engine_errors():
-        report = await agent.resume(session_id, unquarantine=options.unquarantine,
-                                    retry=options.retry)  # fmt: skip
+        report = await config.engine.resume(
+            session_id, unquarantine=options.unquarantine, retry=options.retry,
+            migrate=options.migrate,
+        )  # fmt: skip
     return view_of(who).report(report)
 
 
@@ -369,6 +350,6 @@ def resume_refusal(session: Session, options: ResumeOptions) -> str | None:
 @router.post("/v1/sessions/{session_id}/cancel", responses=responses(404, 409, 422))
 async def cancel(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator")
-    agent = await stored_agent(config, session_id)
-    session = await call(agent.cancel, session_id)
+    with engine_errors():
+        session = await config.engine.cancel(session_id)
     return {"session_id": session.id, "status": session.status}

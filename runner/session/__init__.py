@@ -6,8 +6,10 @@
     agent = with_durable_workflows(load_agent("examples/agents/demo.json"), SQLiteStore("s.db"))
     report = anyio.run(agent.run, "What do we know?")
 
-agent.py: the agent file; policy.py: dispositions and the policy; scheduler.py: the
-public DurableAgent; gate.py: the lease/version/poison/expiry gate; stepper.py: steps;
+agent.py: the agent file; policy.py: dispositions and the policy; engine.py: the Engine
+every front door calls, for the sessions of any stored agent; scheduler.py: the public
+DurableAgent (one agent); operations.py: what each operation does once the gate opened,
+for both; gate.py: the lease/version/poison/expiry gate; stepper.py: steps;
 commands.py: wake and the operator's commands; execute.py: how one call runs;
 output.py: what an isolated call's worker streams, kept with the call and published live;
 storage.py: store calls off the event loop and the capability checks; audit.py: where
@@ -20,6 +22,7 @@ protocol and the store only through its interfaces.
 
 from runner.session.agent import Agent, AgentError, ToolSpec, load_agent, parse_agent
 from runner.session.commands import UnknownToken
+from runner.session.engine import Engine, Pending
 from runner.session.execute import from_envelope, from_output, runner_for_spec
 from runner.session.gate import SessionError
 from runner.session.leases import LeaseBusy
@@ -72,11 +75,13 @@ __all__ = [
     "Defer",
     "DockerSpec",
     "DurableAgent",
+    "Engine",
     "Label",
     "LeaseBusy",
     "LlmTurn",
     "LocalProcessSpec",
     "PartialUserTurn",
+    "Pending",
     "Policy",
     "PolicyConfig",
     "PolicyContext",

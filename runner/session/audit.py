@@ -44,6 +44,15 @@ class AuditSetting:
         return f"file:{self.path}" if self.to == "file" else self.to
 
 
+@dataclass(frozen=True)
+class OpenedAudit:
+    """A sink already opened (None: not audited), and whether a record that cannot be
+    written fails its call: what an Engine gives every agent it runs."""
+
+    sink: AuditSink | None
+    fail_closed: bool = False
+
+
 def parse_audit(text: str, fail_closed: bool = False, where: str = AUDIT_VARIABLE) -> AuditSetting:
     """`store`, `file:PATH` or `off`; AuditSettingError naming `where` otherwise."""
     value = text.strip()
@@ -75,22 +84,14 @@ def open_audit(setting: AuditSetting, store: SessionStore | None) -> AuditSink |
         sink = audit_sink_of(store)
         if sink is not None:
             return sink
-        _warn_once(f"{store.description} keeps no audit log: isolated calls are NOT audited"
-                   f" (set {AUDIT_VARIABLE}=file:PATH)")  # fmt: skip
+        logger.warning("%s keeps no audit log: isolated calls are NOT audited (set %s=file:PATH)",
+                       store.description, AUDIT_VARIABLE)  # fmt: skip
         return None
-    _warn_once(f"auditing is off ({AUDIT_VARIABLE}=off or --audit off): isolated calls leave"
-               " no audit record")  # fmt: skip
+    # Said where the sink is opened: once per Engine (a worker, the server), once per
+    # DurableAgent otherwise.
+    logger.warning("auditing is off (%s=off or --audit off): isolated calls leave no audit"
+                   " record", AUDIT_VARIABLE)  # fmt: skip
     return None
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    """A loosening is said once per process, not at every agent a worker builds."""
-    if message not in _warned:
-        _warned.add(message)
-        logger.warning("%s", message)
 
 
 __all__ = [
@@ -99,6 +100,7 @@ __all__ = [
     "AUDIT_VARIABLE",
     "AuditSetting",
     "AuditSettingError",
+    "OpenedAudit",
     "open_audit",
     "parse_audit",
     "parse_fail_mode",

@@ -3,10 +3,12 @@ token (`wake`), and an operator's retry, freeze, revive (a failed session) and c
 
 from __future__ import annotations
 
-from runner.session.gate import GateSettings, SessionError, open_session
+from collections.abc import Callable
+
+from runner.session.gate import SessionError
 from runner.session.reports import WakeReport
-from runner.session.runtime import Runtime
-from runner.state import Session, ToolResult
+from runner.session.runtime import Opener
+from runner.state import Session, ToolResult, TrackedCall
 from runner.state.transitions import finish, move_call, set_status
 from runner.stores import Effect, SessionStore, VersionConflict
 
@@ -21,19 +23,27 @@ class UnknownToken(SessionError):
 
 
 async def wake(
-    rt: Runtime, settings: GateSettings, session_id: str, results: list[tuple[str, ToolResult]]
+    open_: Opener,
+    session_id: str,
+    results: list[tuple[str, ToolResult]],
+    authorize: Callable[[TrackedCall], None] | None = None,
 ) -> WakeReport:
     """Give open calls their results by token. A token whose call already ended is
     reported (already completed, conflicting, or late), not applied; an unknown token
-    is an error and nothing is applied."""
-    storage = rt.storage
+    is an error and nothing is applied. `authorize`, when given, sees each call before
+    anything else is decided and raises to refuse it (the server's worker tokens)."""
     for _ in range(WAKE_ATTEMPTS):
-        async with open_session(rt, settings, session_id) as (session, holder):
-            if session.status == "cancelled":
-                raise SessionError(f"session {session_id} is cancelled")
+        async with open_() as (rt, session, holder):
+            storage = rt.storage
             if any(session.call_by_token(t) is None for t, _ in results):
                 # a call that ended before the last turn is not loaded: read them all
                 session = await storage.run(storage.store.with_history, session)
+            if authorize is not None:
+                for token, _ in results:
+                    if (found := session.call_by_token(token)) is not None:
+                        authorize(found)
+            if session.status == "cancelled":
+                raise SessionError(f"session {session_id} is cancelled")
             applied: list[str] = []
             already: list[str] = []
             conflicting: list[str] = []
@@ -64,13 +74,11 @@ async def wake(
     raise SessionError(f"session {session_id} kept changing; wake gave up, try again")
 
 
-async def retry(
-    rt: Runtime, settings: GateSettings, session_id: str, token: str, *, force: bool
-) -> Session:
+async def retry(open_: Opener, token: str, *, force: bool) -> Session:
     """Run an `unknown_outcome` call again: only with `force`, since its first attempt
     may have had external effects. A deferred call (its claim lapsed) is deferred again,
     claimable by the next worker; any other call is ready for the next step."""
-    async with open_session(rt, settings, session_id) as (session, holder):
+    async with open_() as (rt, session, holder):
         call = session.call_by_token(token)
         if call is None:
             raise UnknownToken(token)

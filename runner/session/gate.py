@@ -22,6 +22,7 @@ from runner.isolation import sweep_orphans
 from runner.session.agent import AgentError, parse_agent, remember
 from runner.session.leases import Holder, hold
 from runner.session.runtime import Runtime
+from runner.session.storage import Storage
 from runner.state import (
     SCHEMA_CHANGES,
     SESSION_SCHEMA_VERSION,
@@ -56,31 +57,48 @@ class GateSettings:
 async def open_session(
     rt: Runtime, settings: GateSettings, session_id: str, wait_s: float | None = None
 ) -> AsyncIterator[tuple[Session, Holder]]:
-    storage = rt.storage
-    # A missing session is SessionNotFound, not a lease on nothing.
-    await storage.run(storage.store.load, session_id, history=False)
+    """The gate for an engine that knows its agent before the session (DurableAgent)."""
+    async with leased(rt.storage, settings, session_id, wait_s) as (session, holder):
+        await admit(rt, settings, session, holder)
+        yield session, holder
+
+
+@asynccontextmanager
+async def leased(
+    storage: Storage, settings: GateSettings, session_id: str, wait_s: float | None = None,
+    *, exists: bool = False,
+) -> AsyncIterator[tuple[Session, Holder]]:  # fmt: skip
+    """Hold the session's lease and load it: the one load an operation makes under the
+    lease, from which the Engine learns the session's agent. `exists`: the caller has
+    just seen the session (found by token, offered as due), so no lease is taken on
+    nothing; otherwise a missing session is SessionNotFound before any lease."""
+    if not exists:
+        await storage.run(storage.store.load, session_id, history=False)
     wait = wait_s if wait_s is not None else (settings.lease_wait_s or settings.lease_s + 5)
     async with hold(storage, session_id, settings.owner, settings.lease_s, wait) as holder:
-        if holder.lease is not None and isinstance(rt.clock, StoreAlignedClock):
-            # The lease began at the store's now: the engine's clock follows it, free.
-            rt.clock.calibrate(holder.lease.expires_ms - int(settings.lease_s * 1000))
-        session = await storage.run(storage.store.load, session_id, history=False)
-        takeovers = holder.takeovers
-        if takeovers >= settings.poison_after and session.status in ("running", "waiting"):
-            set_status(session, "quarantined")
-            session.quarantine_reason = (
-                f"{takeovers} holders in a row died while advancing it; inspect it with"
-                " `session show`, then `session resume --unquarantine`"
-            )
-            logger.warning("session %s quarantined: %s", session_id, session.quarantine_reason)
-            await rt.commit(session, holder)
-        elif takeovers:
-            logger.info("took session %s over from a dead holder; sweeping orphans", session_id)
-            await anyio.to_thread.run_sync(sweep_orphans)
-        await _check_versions(rt, settings, session, holder)
-        if expire_due(session, rt.clock.now_ms()):
-            await rt.settle_and_commit(session, holder)
-        yield session, holder
+        yield await storage.run(storage.store.load, session_id, history=False), holder
+
+
+async def admit(rt: Runtime, settings: GateSettings, session: Session, holder: Holder) -> None:
+    """What the gate does with a leased session before anyone touches it (the module)."""
+    if holder.lease is not None and isinstance(rt.clock, StoreAlignedClock):
+        # The lease began at the store's now: the engine's clock follows it, free.
+        rt.clock.calibrate(holder.lease.expires_ms - int(settings.lease_s * 1000))
+    takeovers = holder.takeovers
+    if takeovers >= settings.poison_after and session.status in ("running", "waiting"):
+        set_status(session, "quarantined")
+        session.quarantine_reason = (
+            f"{takeovers} holders in a row died while advancing it; inspect it with"
+            " `session show`, then `session resume --unquarantine`"
+        )
+        logger.warning("session %s quarantined: %s", session.id, session.quarantine_reason)
+        await rt.commit(session, holder)
+    elif takeovers:
+        logger.info("took session %s over from a dead holder; sweeping orphans", session.id)
+        await anyio.to_thread.run_sync(sweep_orphans)
+    await _check_versions(rt, settings, session, holder)
+    if expire_due(session, rt.clock.now_ms()):
+        await rt.settle_and_commit(session, holder)
 
 
 async def _check_versions(

@@ -9,7 +9,8 @@ worker streams (envelope 1.1 events, runner.isolation.WorkerEvent) then goes two
   the one that sets it back to ready when the step yields: no commit of its own, so a
   stream costs the store nothing per event. `session show` prints it after a restart.
 - `CallOutputBus.publish` hands it, with the session and call it belongs to, to whoever
-  listens in this process: the server's event stream (`call.output`) and the console.
+  listens to the Engine's bus (`Engine.call_output`; a DurableAgent has its own): the
+  server's event stream (`call.output`) and the console.
   Live only: nothing is kept for a listener that subscribes later, and a process that
   did not run the call hears nothing of it (it reads the stored tail once the call ends).
 
@@ -163,9 +164,5 @@ def _call(listener: Listener, item: LiveOutput) -> None:
                          item.call_id, item.session_id)  # fmt: skip
 
 
-#: The process's bus: DurableAgent publishes to it unless given another, and the server
-#: and the console listen to it, so `serve`'s own worker loop reaches its event streams.
-CALL_OUTPUT = CallOutputBus()
-
-__all__ = ["CALL_OUTPUT", "KEPT_EVENTS", "KEPT_TEXT_BYTES", "CallOutputBus", "LiveOutput",
+__all__ = ["KEPT_EVENTS", "KEPT_TEXT_BYTES", "CallOutputBus", "LiveOutput",
            "OutputTail", "stored_event"]  # fmt: skip

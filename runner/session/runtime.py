@@ -1,22 +1,25 @@
 """What the engine runs with, gathered once per operation: the agent, its store (as
 Storage), the LLM, the policy, the tools, the runners and the clock.
 
-`DurableAgent` (scheduler.py) builds one for each public call; the gate, the stepper and
-the operator commands all take it. `settle_and_commit` is the one place that folds a
-finished turn, sets the status from the calls, and commits under the lease's fence.
+`DurableAgent` (scheduler.py) builds one for each public call, the Engine (engine.py)
+one for each operation once the session's lease and load name its agent; the gate, the
+stepper and the operator commands all take it, through an `Opener` (below).
+`settle_and_commit` is the one place that folds a finished turn, sets the status from
+the calls, and commits under the lease's fence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 
 from runner.isolation import Runner
 from runner.isolation.audit import AuditedRunner, AuditSink
 from runner.llm import LLM
 from runner.session.agent import Agent
 from runner.session.leases import Holder
-from runner.session.output import CALL_OUTPUT, CallOutputBus
+from runner.session.output import CallOutputBus
 from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations
 from runner.session.storage import Storage
@@ -46,7 +49,7 @@ class Runtime:
     audit: AuditSink | None = None
     audit_fail_closed: bool = False
     #: Where the events isolated calls stream are published live (runner.session.output).
-    call_output: CallOutputBus = CALL_OUTPUT
+    call_output: CallOutputBus = field(default_factory=CallOutputBus)
 
     def audited(self, runner: Runner) -> Runner:
         """`runner` writing an audit record of each call (it stays the caller's to close)."""
@@ -66,3 +69,11 @@ class Runtime:
     async def settle_and_commit(self, session: Session, holder: Holder) -> None:
         settle(session)
         await self.commit(session, holder)
+
+
+#: What an operation runs in once the gate let it in: its Runtime, the session (loaded
+#: once, under the lease) and the holder whose fence every commit carries.
+Opened = tuple[Runtime, Session, Holder]
+#: Opens the gate for one session, each time it is entered (`wake` re-enters it after a
+#: lost race): DurableAgent's and the Engine's differ only in how they find the agent.
+Opener = Callable[[], AbstractAsyncContextManager[Opened]]

@@ -15,14 +15,13 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import anyio.to_thread
 
 from runner.isolation import Runner
-from runner.isolation.audit import AuditSink
 from runner.llm import (
     LLM,
     EnvironmentProvider,
@@ -31,21 +30,19 @@ from runner.llm import (
     ProviderConfig,
     provider_for,
 )
-from runner.session import commands, stepper
+from runner.session import commands, operations
 from runner.session.agent import Agent, remember
-from runner.session.audit import AuditSetting, open_audit
-from runner.session.gate import GateSettings, SessionError, open_session
-from runner.session.leases import Holder
-from runner.session.output import CALL_OUTPUT, CallOutputBus
+from runner.session.audit import AuditSetting, OpenedAudit, open_audit
+from runner.session.gate import GateSettings, open_session
+from runner.session.output import CallOutputBus
 from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations, llm_request
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runners import SpecRunners
-from runner.session.runtime import RunnerFactory, Runtime
+from runner.session.runtime import Opened, Opener, RunnerFactory, Runtime
 from runner.session.settings import DEFAULT_LEASE_SECONDS, AgentSettings, with_egress_network
 from runner.session.storage import Storage, require_durable
 from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, UserTurn
-from runner.state.transitions import set_status
 from runner.stores import DurableStore, SessionStore, ToolCache
 from runner.tools import ToolRegistry, default_tools
 
@@ -90,15 +87,16 @@ class DurableAgent:
     allow_agent_change: bool = False
     #: Accept a store that cannot fence: only this process advances its sessions.
     single_process: bool = False
-    #: Where the events isolated calls stream are published live (the process's bus
-    #: unless given another; runner.session.output).
-    call_output: CallOutputBus = field(default=CALL_OUTPUT, compare=False)
+    #: Where the events isolated calls stream are published live (runner.session.output;
+    #: an Engine gives each of its agents its own one bus).
+    call_output: CallOutputBus = field(default_factory=CallOutputBus, compare=False)
     #: The messages sent to the model so far, per session: each request adds only the
     #: turns since the last one (runner.session.prompt).
     conversations: Conversations = field(init=False, repr=False, compare=False)
     #: Where each isolated call's audit record goes (runner.session.audit): the store's
-    #: audit log unless the setting given here says otherwise.
-    audit: AuditSetting = field(default_factory=AuditSetting)
+    #: audit log unless the setting given here says otherwise; an Engine gives its
+    #: agents the sink it opened (OpenedAudit).
+    audit: AuditSetting | OpenedAudit = field(default_factory=AuditSetting)
     #: The network egress proxies go out through when a spec's `egress` names none.
     egress_network: str | None = None
 
@@ -141,52 +139,29 @@ class DurableAgent:
         """Step until the final answer or the next wait. `unfreeze`: a frozen session
         runs again; `unquarantine`: so does a quarantined one; `retry`: so does a failed
         one, with a fresh model-call budget (without it, a failed session is refused)."""
-        async with self._runtime() as rt, self._open(rt, session_id) as (session, holder):
-            if (unfreeze and session.status == "frozen") or (
-                unquarantine and session.status == "quarantined"
-            ):
-                set_status(session, "running")
-                session.quarantine_reason = None
-                await rt.settle_and_commit(session, holder)
-            elif retry:
-                commands.revive(session)
-                await rt.settle_and_commit(session, holder)
-            if session.status == "quarantined":
-                raise SessionError(
-                    f"session {session_id} is quarantined: {session.quarantine_reason}"
-                )
-            if session.status == "failed":
-                raise SessionError(f"session {session_id} failed: {session.failure_reason};"
-                                   " give --retry to try again")  # fmt: skip
-            return await stepper.resume(rt, session, holder)
+        return await operations.resume(self.opener(session_id), unfreeze=unfreeze,
+                                       unquarantine=unquarantine, retry=retry)  # fmt: skip
 
     async def step(self, session_id: str) -> StepReport:
-        async with self._runtime() as rt, self._open(rt, session_id) as (session, holder):
-            return await stepper.step(rt, session, holder)
+        return await operations.step(self.opener(session_id))
 
     async def run_isolated(self, session_id: str) -> StepReport:
         """Run the detached RunIsolated calls the session waits on."""
-        async with self._runtime() as rt, self._open(rt, session_id) as (session, holder):
-            return await stepper.run_detached(rt, session, holder)
+        return await operations.run_isolated(self.opener(session_id))
 
     async def work(self, session_id: str) -> StepReport:
-        """What a worker daemon does with a due session: take its lease without waiting
+        """What a session worker does with a due session: take its lease without waiting
         (LeaseBusy if someone has it), run its detached calls, resume it."""
         require_durable(self.store, "this operation")  # a worker never runs unfenced
-        async with self._runtime() as rt, self._open(rt, session_id, 0) as (session, holder):
-            detached = await stepper.run_detached(rt, session, holder)
-            report = await stepper.resume(rt, detached.session, holder, stop_at_backoff=True)
-            return replace(report, ran=detached.ran + report.ran)
+        return await operations.work(self.opener(session_id, 0))
 
     async def wake(self, session_id: str, results: Iterable[tuple[str, ToolResult]]) -> WakeReport:
         """Give open calls their results by token (see commands.wake)."""
-        async with self._runtime() as rt:
-            return await commands.wake(rt, self._gate, session_id, list(results))
+        return await commands.wake(self.opener(session_id), session_id, list(results))
 
     async def retry(self, session_id: str, token: str, *, force: bool = False) -> Session:
         """Run an `unknown_outcome` call again: only with `force`."""
-        async with self._runtime() as rt:
-            return await commands.retry(rt, self._gate, session_id, token, force=force)
+        return await commands.retry(self.opener(session_id), token, force=force)
 
     def freeze(self, session_id: str) -> Session:
         """Stop the session from being stepped until `resume`. Synchronous (one store
@@ -204,35 +179,46 @@ class DurableAgent:
     # --- plumbing ----------------------------------------------------------------------
 
     @cached_property
-    def _audit_sink(self) -> AuditSink | None:
+    def _audit(self) -> OpenedAudit:
         """Opened at the first operation, so that a copy made with another `audit`
         (dataclasses.replace) never opens, or warns about, the one it replaces."""
-        return open_audit(self.audit, self.store)
+        if isinstance(self.audit, OpenedAudit):
+            return self.audit
+        return OpenedAudit(open_audit(self.audit, self.store), self.audit.fail_closed)
 
     def _runner_factory(self, spec: DockerSpec | LocalProcessSpec) -> Runner:
         return self.runner_factory(with_egress_network(spec, self.egress_network))
 
     @property
-    def _gate(self) -> GateSettings:
+    def gate(self) -> GateSettings:
         return GateSettings(self.owner, self.lease_s, self.lease_wait_s, self.poison_after,
                             self.migrate, self.allow_agent_change)  # fmt: skip
 
-    def _open(
-        self, rt: Runtime, session_id: str, wait_s: float | None = None
-    ) -> AbstractAsyncContextManager[tuple[Session, Holder]]:
-        return open_session(rt, self._gate, session_id, wait_s)
+    def opener(self, session_id: str, wait_s: float | None = None) -> Opener:
+        """The gate for `session_id`, with a Runtime made for this agent before it."""
+
+        @asynccontextmanager
+        async def opened() -> AsyncIterator[Opened]:
+            async with (
+                self.runtime(Storage(self.store)) as rt,
+                open_session(rt, self.gate, session_id, wait_s) as (session, holder),
+            ):
+                yield rt, session, holder
+
+        return opened
 
     @asynccontextmanager
-    async def _runtime(self) -> AsyncIterator[Runtime]:
+    async def runtime(self, storage: Storage) -> AsyncIterator[Runtime]:
         """What one operation runs with; an LLM made here is closed when it ends."""
         llm = self.llm if self.llm is not None else provider_for(single_attempt(self.agent))
+        audit = self._audit
         try:
             yield Runtime(
-                agent=self.agent, storage=Storage(self.store), llm=llm,
+                agent=self.agent, storage=storage, llm=llm,
                 policy=self.policy or self.agent.policy, tools=self.tools, clock=self.clock,
                 runner_factory=self._runner_factory, conversations=self.conversations,
                 deployment_runner=self.deployment_runner, cache=self.cache,
-                audit=self._audit_sink, audit_fail_closed=self.audit.fail_closed,
+                audit=audit.sink, audit_fail_closed=audit.fail_closed,
                 call_output=self.call_output,
             )  # fmt: skip
         finally:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+from collections import Counter
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -58,3 +60,40 @@ class Storage:
         """Call a store method in a worker thread; its exceptions come back as they are."""
         call = functools.partial(function, *args, **kwargs)
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+
+
+class StoreCalls:
+    """Counts the calls made on `store`'s public methods from now on, by method name:
+    its round trips, as the bench's rows and the tests measure them. The store stays
+    itself (what isinstance says of it is unchanged); `stop` takes the counting off."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()  # the lease renewer counts from its own thread
+        kind = type(store)
+        self._names = [name for name in dir(kind) if not name.startswith("_")
+                       and callable(getattr(kind, name, None))]  # fmt: skip
+        for name in self._names:
+            setattr(store, name, self._counted(name, getattr(store, name)))
+
+    def _counted(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.counts[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts.clear()
+
+    def stop(self) -> None:
+        for name in self._names:
+            self.store.__dict__.pop(name, None)

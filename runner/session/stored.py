@@ -31,6 +31,9 @@ class StoredAgents:
         #: until this process has seen the definition that has them.
         self._lacking: set[str] = set()
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
     async def of_hash(self, agent_hash: str) -> DurableAgent:
         """The agent stored under `agent_hash` (StoreError when there is none, AgentError
         when it no longer parses). Call from one event loop."""

@@ -1,12 +1,12 @@
 """`StoreSource`: the console on a store opened in this process (`tui --store LOC`).
 
-Actions go through the engine (DurableAgent) as the session commands do: the agent a
+Actions go through an Engine (runner.session.engine) as the server's do: the agent a
 session started with comes from the store, in asynchronous mode; a store without leases
 (the file store) is driven single-process. Every store call runs in a worker thread, never
 on the console's event loop. Live updates: a durable store's event log (a change shows as
 a new `last_event_seq`, `wait_for_events` returns early on this process's own writes);
 a store without one is polled. The live output of calls this process runs (a resume from
-the console) comes from the process's CallOutputBus (runner.session.output); a call
+the console) comes from the engine's CallOutputBus (runner.session.output); a call
 another process runs shows its stored output once it ends.
 """
 
@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,18 +26,16 @@ from runner.llm import LLMError
 from runner.session import (
     AgentError,
     AgentSettings,
-    DurableAgent,
+    Engine,
     LeaseBusy,
     SessionError,
     StepReport,
     StoreCapabilityError,
     UnknownToken,
     load_agent,
-    parse_agent,
-    with_durable_workflows,
 )
 from runner.session.operator import conditions, session_document
-from runner.session.output import CALL_OUTPUT, LiveOutput
+from runner.session.output import LiveOutput
 from runner.state import Session, ToolResult, now_ms
 from runner.stores import DurableStore, SessionStore, StoreError
 from runner.tui.source import (
@@ -95,14 +92,20 @@ class StoreSource(Source):
     """The console's source on `store` (which the caller opened and closes).
     `agent_file`: what a prompt typed in the editor starts; `clock`: the time ages are
     measured against (default: the store's); `settings`: what the agents it runs are given
-    (lease length, audit, egress network; `tui` reads them from its environment)."""
+    (lease length, audit, egress network; `tui` reads them from its environment);
+    `engine`: what the actions go through (on `store`; default: one made with `settings`)."""
 
     def __init__(self, store: SessionStore, agent_file: Path | None = None,
                  clock: Callable[[], int] | None = None,
                  whole_up_to: int = WHOLE_UP_TO_TURNS,
-                 settings: AgentSettings | None = None) -> None:  # fmt: skip
+                 settings: AgentSettings | None = None,
+                 engine: Engine | None = None) -> None:  # fmt: skip
         self.store = store
-        self.settings = settings
+        agents = settings or AgentSettings()
+        self.engine = engine if engine is not None else Engine(
+            store, audit=agents.audit, lease_s=agents.lease_s,
+            egress_network=agents.egress_network,
+            single_process=not isinstance(store, DurableStore))  # fmt: skip
         self.agent_file = agent_file
         self.clock = clock
         self.whole_up_to = whole_up_to
@@ -110,7 +113,7 @@ class StoreSource(Source):
         self.can_start = agent_file is not None
         self._seen_seq: int | None = None
         self.live = LiveCalls()
-        self._unsubscribe = CALL_OUTPUT.subscribe(self._heard)
+        self._unsubscribe = self.engine.call_output.subscribe(self._heard)
 
     def _heard(self, item: LiveOutput) -> None:
         self.live.add(item.to_json())
@@ -130,19 +133,6 @@ class StoreSource(Source):
         if self.clock is not None:
             return self.clock()
         return self.durable.now_ms() if self.durable is not None else now_ms()
-
-    def _engine(self, agent: Any) -> DurableAgent:
-        return with_durable_workflows(agent.with_mode("asynchronous"), self.store,
-                                      single_process=self.durable is None,
-                                      settings=self.settings)  # fmt: skip
-
-    async def _stored_agent(self, session_id: str) -> DurableAgent:
-        def read() -> DurableAgent:
-            session = self.store.load(session_id, history=False)
-            document = self.store.agent_document(session.agent_hash)
-            return self._engine(parse_agent(document, "stored agent"))
-
-        return await self._thread(read)
 
     # --- reads -----------------------------------------------------------------------
 
@@ -209,14 +199,16 @@ class StoreSource(Source):
             result = answer_result(text)
         else:
             result = ToolResult.error("TOOL_FAILED", reason or "")
-        found = await self._thread(self.store.find, token)
-        if found is None:
-            raise SourceError(f"no call has the continuation token {token} in the"
-                              f" {self.description}")  # fmt: skip
-        agent = await self._stored_agent(found.session_id)
-        with engine_errors():
-            report = await agent.wake(found.session_id, [(token, result)])
-        call = found.call_id
+        try:
+            with engine_errors():
+                report = await self.engine.complete(token, result)
+        except SourceError as exc:
+            if isinstance(exc.__cause__, UnknownToken):
+                raise SourceError(f"no call has the continuation token {token} in the"
+                                  f" {self.description}") from exc.__cause__  # fmt: skip
+            raise
+        answered = report.session.call_by_token(token)
+        call = answered.id if answered is not None else token
         if report.conflicting:
             raise SourceError(
                 f"call {call} was already completed by someone else with a"
@@ -231,17 +223,16 @@ class StoreSource(Source):
         session = report.session
         if session.status != "running":
             return f"{done}; session {session.id} is {session.status}"
-        return f"{done}; {await self._auto_resume(agent, session)}"
+        return f"{done}; {await self._auto_resume(session)}"
 
-    async def _auto_resume(self, agent: DurableAgent, session: Session) -> str:
+    async def _auto_resume(self, session: Session) -> str:
         """Continue the session here unless a live process holds it (which then does)."""
         holder = await self._thread(self._live_holder, session.id)
         if holder is not None:
             return f"session {session.id} is held by {holder}, which continues it"
-        quick = replace(agent, lease_wait_s=RESUME_LEASE_WAIT_S)
         try:
             with engine_errors():
-                report = await quick.resume(session.id)
+                report = await self.engine.resume(session.id, lease_wait_s=RESUME_LEASE_WAIT_S)
         except SourceError as exc:
             if isinstance(exc.__cause__, LeaseBusy):  # taken meanwhile: the taker goes on
                 return f"session {session.id} is held by another process, which continues it"
@@ -258,34 +249,30 @@ class StoreSource(Source):
         found = await self._thread(self.store.find, token)
         if found is None:
             raise SourceError(f"no call has the continuation token {token}")
-        agent = await self._stored_agent(found.session_id)
         with engine_errors():
-            session = await agent.retry(found.session_id, token, force=True)
+            session = await self.engine.retry(found.session_id, token, force=True)
         return f"call {found.call_id} will run again; session {session.id} is {session.status}"
 
     # --- sessions ----------------------------------------------------------------------
 
     async def resume(self, session_id: str, *, unquarantine: bool = False,
                      retry: bool = False) -> str:  # fmt: skip
-        agent = await self._stored_agent(session_id)
         with engine_errors():
-            report = await agent.resume(session_id, unquarantine=unquarantine, retry=retry)
+            report = await self.engine.resume(session_id, unquarantine=unquarantine,
+                                              retry=retry)  # fmt: skip
         return describe(report)
 
     async def cancel(self, session_id: str) -> str:
-        agent = await self._stored_agent(session_id)
-        session = await self._thread(agent.cancel, session_id)
+        with engine_errors():
+            session = await self.engine.cancel(session_id)
         return f"session {session.id} is {session.status}"
 
     async def start(self, prompt: str) -> str:
         if self.agent_file is None:
             raise SourceError("no --agent-file: a prompt can start a session only with one")
-        path = self.agent_file
-
-        def begin() -> str:
-            return self._engine(load_agent(path)).start(prompt).id
-
-        return await self._thread(begin)
+        agent = await self._thread(load_agent, self.agent_file)
+        with engine_errors():
+            return (await self.engine.start(agent.with_mode("asynchronous"), prompt)).id
 
     async def run(self, session_id: str) -> str:
         return await self.resume(session_id)

@@ -76,7 +76,6 @@ def test_the_file_store_keeps_the_records_of_its_sessions_beside_them(tmp_path):
 
 
 def test_auditing_goes_to_a_file_or_nowhere_as_the_setting_says(tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr("runner.session.audit._warned", set())  # said once per process
     store = SQLiteStore(tmp_path / "s.db")
     path = tmp_path / "audit" / "calls.jsonl"
     anyio.run(isolated_agent(store, audit=parse_audit(f"file:{path}")).run, "go")
