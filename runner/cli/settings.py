@@ -244,15 +244,29 @@ def current(cls: type[S]) -> S:
 
 # --- docs/configuration.md ----------------------------------------------------------------
 
-#: Variables the tests and scripts read, which configure no command.
+#: Variables that configure no command: test hooks, what the runner sets for its workers,
+#: the example claim worker's, and the scripts' and tests' own.
 NOT_CONFIGURATION = {
     "AGENTS_RUNNER_CRASH_AT": "test hook (runner/faults.py): the process dies at a named point",
     "AGENTS_RUNNER_BARRIER_AT": "test hook (runner/faults.py): the process waits at a point",
     "AGENTS_RUNNER_OWNER": "set BY the runner on each local worker it starts (orphan sweep)",
+    "AGENTS_RUNNER_URL": "examples/workers/claim-worker.sh: the server it claims calls from"
+    " (with AGENTS_RUNNER_TOKEN)",
+    "AGENTS_RUNNER_BASE": "scripts/build-images: the base image",
+    "AGENTS_RUNNER_OFFLINE_BASE": "scripts/build-images: build without pulling",
+    "AGENTS_RUNNER_DEBIAN_MIRROR": "scripts/build-images: the Debian mirror",
+    "AGENTS_RUNNER_PULL_TIMEOUT": "scripts/build-images: how long a pull may take",
+    "AGENTS_RUNNER_DOCKERD_WAIT": "scripts/lib/engine.sh: how long to wait for dockerd",
+    "AGENTS_RUNNER_DOCKERD_LOG": "scripts/lib/engine.sh: dockerd's log file",
+    "AGENTS_RUNNER_DOCKER_CONFIG": "scripts/lib/engine.sh: the daemon.json it registers gVisor in",
+    "AGENTS_RUNNER_ROOT": "scripts/lib/engine.sh: the checkout the scripts work in",
+    "AGENTS_RUNNER_BENCH_POSTGRES_URL": "scripts/bench: the PostgreSQL server of its rows",
     "AGENTS_RUNNER_TEST_POSTGRES_URL": "tests: the PostgreSQL server the store tests use",
+    "AGENTS_RUNNER_TEST_POSTGRES_DIR": "tests: the throwaway PostgreSQL cluster's directory",
+    "AGENTS_RUNNER_TEST_PROXY_IMAGE": "tests: the egress proxy image the smuggling tests use",
     "AGENTS_RUNNER_SKIP_DOCKER": "tests: skip the tests that need Docker",
     "AGENTS_RUNNER_RUNSC": "tests: whether gVisor tests run",
-    "AGENTS_RUNNER_BASE": "scripts/build-images: the base image",
+    "AGENTS_RUNNER_CANARY": "tests: a secret that must never reach a worker",
 }
 
 
@@ -278,32 +292,31 @@ def configuration_doc() -> str:
         cls = settings_class(name)
         options = {str(p.envvar): p for p in _option_params(commands[name])}
         for field in cls.model_fields:
-            row = rows.setdefault(field, {"cls": cls, "commands": [], "options": set()})
-            variable = env_name(field)
-            if variable in options:
-                row["options"].add(options[variable].opts[0])
-            elif _extra(cls, field).get("option_only"):
-                continue  # declared for the options of another command
-            row["commands"].append(f"`{name}`")
+            row = rows.setdefault(field, {"cls": cls, "commands": []})
+            option = options.get(env_name(field))
+            if option is not None:
+                row["commands"].append(f"`{name} {option.opts[0]}`")
+            elif not _extra(cls, field).get("option_only"):  # else: another command's option
+                row["commands"].append(f"`{name}`")
     lines = [
         "# Configuration",
         "",
         f"<!-- Generated from runner/cli/settings.py by `{REGENERATE}`: do not edit. -->",
         "",
-        "Only the commands read the environment; the library takes every setting as an",
-        "explicit argument. Each command reads its variables once, at start. A variable with",
-        "an option is read by that option: the option, when given, wins over the variable,",
-        "and the variable over the default.",
+        "Only the commands read the environment (runner/cli/settings.py: one settings class",
+        "per command, read once as it starts); the library takes every setting as an explicit",
+        "argument (`runner.session.AgentSettings`, `create_app(..., agents=...)`). Where the",
+        "table names an option (`run --audit`), that option reads the variable: the option,",
+        "when given, wins over the variable, and the variable over the default.",
         "",
-        "| Variable | Sets | Option | Default | Read by |",
-        "| --- | --- | --- | --- | --- |",
+        "| Variable | Sets | Default | Read by |",
+        "| --- | --- | --- | --- |",
     ]
     for field, row in sorted(rows.items(), key=lambda item: env_name(item[0])):
         cls = row["cls"]
         description = cls.model_fields[field].description or ""
-        option = ", ".join(f"`{o}`" for o in sorted(row["options"])) or "-"
-        lines.append(f"| `{env_name(field)}` | {description} | {option} |"
-                     f" {_shown(field, cls)} | {', '.join(row['commands'])} |")  # fmt: skip
+        lines.append(f"| `{env_name(field)}` | {description} | {_shown(field, cls)} |"
+                     f" {', '.join(row['commands'])} |")  # fmt: skip
     lines += ["", "## Not configuration", "",
               "The tests, the scripts and the runner itself use these; no command reads them"
               " as settings:", ""]  # fmt: skip

@@ -4,10 +4,21 @@ environment the commands read is the one the documentation shows."""
 
 from __future__ import annotations
 
+import re
+
 import typer.main
 
 from runner.cli import app
-from runner.cli.settings import DOC, REGENERATE, configuration_doc, env_name, settings_class
+from runner.cli.settings import (
+    COMMANDS,
+    DOC,
+    NOT_CONFIGURATION,
+    REGENERATE,
+    CommandSettings,
+    configuration_doc,
+    env_name,
+    settings_class,
+)
 from tests.conftest import REPO
 
 
@@ -48,3 +59,18 @@ def test_the_library_reads_no_variable():
                 text = text.replace(allowed, "")
             for read in ("os.environ", "getenv(", "environ.get("):
                 assert read not in text, f"{relative} reads the environment ({read})"
+
+
+def test_every_variable_the_project_names_is_in_the_doc():
+    declared = {env_name(field) for cls in [CommandSettings, *COMMANDS.values()]
+                for field in cls.model_fields}  # fmt: skip
+    for folder in ("runner", "envelopes", "scripts", "tests", "examples", "images"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if not path.is_file() or path.suffix in (".pyc", ".png", ".svg"):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for name in set(re.findall(r"AGENTS_RUNNER_[A-Z_]*[A-Z]", text)):
+                assert name in declared or name in NOT_CONFIGURATION, (
+                    f"{path.relative_to(REPO)} names {name}: declare it in"
+                    " runner/cli/settings.py (or NOT_CONFIGURATION), then run " + REGENERATE
+                )
