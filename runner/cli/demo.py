@@ -29,6 +29,7 @@ from envelopes import controls
 from runner.cli.app import app, fail
 from runner.cli.common import JsonOption, PoolSizeOption, console
 from runner.cli.display import plain, print_block, print_table
+from runner.state.dispositions import unwrap_stored
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_AGENT = REPO / "examples" / "agents" / "demo.json"
@@ -182,9 +183,7 @@ def show_calls(session: dict[str, Any], title: str) -> None:
     for 27)."""
     rows = []
     for call in session["calls"].values():
-        how = call["disposition"]
-        while how["tag"] == "decorate":
-            how = how["inner"]
+        how = unwrap_stored(call["disposition"])[1]
         kind = how["tag"] + (f" ({how['spec']['tag']})" if "spec" in how else "")
         result = call["result"]["content"] if call["result"] else call.get("defer_reason") or ""
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)

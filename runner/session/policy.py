@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from runner.isolation import EgressPolicy, EnvelopeName
 from runner.llm import RequestedCall
-from runner.state.dispositions import unwrap_stored
+from runner.state.dispositions import detached, unwrap_stored
 
 
 class _Spec(BaseModel):
@@ -226,7 +226,7 @@ def describe_json(found: dict[str, Any]) -> str:
     if tag == "defer":
         tag = f"defer ({base.get('reason')})"
     elif tag == "runIsolated":
-        tag = "runIsolated" + ("" if base.get("attached", True) else " (detached)")
+        tag = "runIsolated" + (" (detached)" if detached(base) else "")
     return " > ".join([*(str(d.get("tag")) for d in decorators), tag])
 
 
