@@ -35,28 +35,37 @@ def _expand(spelled: str) -> frozenset[str]:
     return frozenset(chars)
 
 
-class Token:
+class Token(tuple[frozenset[str], frozenset[str], int, str, str]):
     """A string of one `first` character and then `rest` characters, at most `longest`
     in all: one rule, read as a published pattern (`pattern`, ASCII and anchored, so
     Python `re` and ECMA-262 agree on it) and as a check without `re` (`match`).
     `counted` says whether the pattern itself states the length (else the schema's
-    maxLength does)."""
+    maxLength does). A tuple: a module-level rule no code can change."""
 
-    __slots__ = ("_first", "_rest", "body", "longest", "pattern")
+    __slots__ = ()
 
-    def __init__(self, first: str, rest: str, longest: int, *, counted: bool = True) -> None:
-        self._first = _expand(first)
-        self._rest = _expand(rest)
-        self.longest = longest
-        self.body = f"[{first}][{rest}]" + (f"{{0,{longest - 1}}}" if counted else "*")
-        self.pattern = f"^{self.body}$"
+    def __new__(cls, first: str, rest: str, longest: int, *, counted: bool = True) -> Token:
+        body = f"[{first}][{rest}]" + (f"{{0,{longest - 1}}}" if counted else "*")
+        return super().__new__(cls, (_expand(first), _expand(rest), longest, body, f"^{body}$"))
+
+    @property
+    def longest(self) -> int:
+        return self[2]
+
+    @property
+    def body(self) -> str:
+        return self[3]
+
+    @property
+    def pattern(self) -> str:
+        return self[4]
 
     def match(self, value: object) -> bool:
         return (
             type(value) is str
-            and 0 < len(value) <= self.longest
-            and value[0] in self._first
-            and self._rest.issuperset(value)
+            and 0 < len(value) <= self[2]
+            and value[0] in self[0]
+            and self[1].issuperset(value)
         )
 
 

@@ -74,12 +74,9 @@ PENDING = {
     ("runner.server.events", "STREAM"),
     ("runner.server.problems", "PROBLEM_SCHEMA"),
     ("runner.server.problems", "TITLES"),
-    ("runner.server.routes", "_AGENTS"),
     # runner/session (engine)
     ("runner.session.agent", "_UNION_BRANCHES"),
     ("runner.session.attachments", "IMAGE_EXTENSIONS"),
-    ("runner.session.audit", "_warned"),
-    ("runner.session.output", "CALL_OUTPUT"),
     ("runner.session.prompt", "UNDECLARED_PARAMETERS"),
     ("runner.session.schemas", "_VALIDATORS"),
     ("runner.session.secrets", "KEYRING"),
@@ -91,7 +88,7 @@ PENDING = {
     ("runner.state.transitions", "_SESSION"),
     # runner/stores (stores)
     ("runner.stores.postgres.schema", "MIGRATIONS"),
-    ("runner.stores.sqlite", "MIGRATIONS"),
+    ("runner.stores.sqlite.schema", "MIGRATIONS"),
     # envelopes (envelopes)
     ("envelopes", "_HOMES"),
     ("envelopes.agents_exe", "_MEDIA_NAMES"),

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import click
@@ -206,16 +208,18 @@ class IsolateSettings(CommandSettings):
 
 #: The settings class of each top-level command (a group's covers its subcommands);
 #: any other command reads CommandSettings.
-COMMANDS: dict[str, type[CommandSettings]] = {
-    "audit": StoreSettings,
-    "demo": EngineSettings,
-    "isolate": IsolateSettings,
-    "run": EngineSettings,
-    "serve": ServeSettings,
-    "session": SessionSettings,
-    "tui": TuiSettings,
-    "worker": WorkerSettings,
-}
+COMMANDS: Mapping[str, type[CommandSettings]] = MappingProxyType(
+    {
+        "audit": StoreSettings,
+        "demo": EngineSettings,
+        "isolate": IsolateSettings,
+        "run": EngineSettings,
+        "serve": ServeSettings,
+        "session": SessionSettings,
+        "tui": TuiSettings,
+        "worker": WorkerSettings,
+    }
+)
 
 
 def settings_class(command: str | None) -> type[CommandSettings]:
@@ -246,28 +250,30 @@ def current(cls: type[S]) -> S:
 
 #: Variables that configure no command: test hooks, what the runner sets for its workers,
 #: the example claim worker's, and the scripts' and tests' own.
-NOT_CONFIGURATION = {
-    "AGENTS_RUNNER_CRASH_AT": "test hook (runner/faults.py): the process dies at a named point",
-    "AGENTS_RUNNER_BARRIER_AT": "test hook (runner/faults.py): the process waits at a point",
-    "AGENTS_RUNNER_OWNER": "set BY the runner on each local worker it starts (orphan sweep)",
-    "AGENTS_RUNNER_URL": "examples/workers/claim-worker.sh: the server it claims calls from"
-    " (with AGENTS_RUNNER_TOKEN)",
-    "AGENTS_RUNNER_BASE": "scripts/build-images: the base image",
-    "AGENTS_RUNNER_OFFLINE_BASE": "scripts/build-images: build without pulling",
-    "AGENTS_RUNNER_DEBIAN_MIRROR": "scripts/build-images: the Debian mirror",
-    "AGENTS_RUNNER_PULL_TIMEOUT": "scripts/build-images: how long a pull may take",
-    "AGENTS_RUNNER_DOCKERD_WAIT": "scripts/lib/engine.sh: how long to wait for dockerd",
-    "AGENTS_RUNNER_DOCKERD_LOG": "scripts/lib/engine.sh: dockerd's log file",
-    "AGENTS_RUNNER_DOCKER_CONFIG": "scripts/lib/engine.sh: the daemon.json it registers gVisor in",
-    "AGENTS_RUNNER_ROOT": "scripts/lib/engine.sh: the checkout the scripts work in",
-    "AGENTS_RUNNER_BENCH_POSTGRES_URL": "scripts/bench: the PostgreSQL server of its rows",
-    "AGENTS_RUNNER_TEST_POSTGRES_URL": "tests: the PostgreSQL server the store tests use",
-    "AGENTS_RUNNER_TEST_POSTGRES_DIR": "tests: the throwaway PostgreSQL cluster's directory",
-    "AGENTS_RUNNER_TEST_PROXY_IMAGE": "tests: the egress proxy image the smuggling tests use",
-    "AGENTS_RUNNER_SKIP_DOCKER": "tests: skip the tests that need Docker",
-    "AGENTS_RUNNER_RUNSC": "tests: whether gVisor tests run",
-    "AGENTS_RUNNER_CANARY": "tests: a secret that must never reach a worker",
-}
+NOT_CONFIGURATION: Mapping[str, str] = MappingProxyType(
+    {
+        "AGENTS_RUNNER_CRASH_AT": "test hook (runner/faults.py): the process dies at a named point",
+        "AGENTS_RUNNER_BARRIER_AT": "test hook (runner/faults.py): the process waits at a point",
+        "AGENTS_RUNNER_OWNER": "set BY the runner on each local worker it starts (orphan sweep)",
+        "AGENTS_RUNNER_URL": "examples/workers/claim-worker.sh: the server it claims calls from"
+        " (with AGENTS_RUNNER_TOKEN)",
+        "AGENTS_RUNNER_BASE": "scripts/build-images: the base image",
+        "AGENTS_RUNNER_OFFLINE_BASE": "scripts/build-images: build without pulling",
+        "AGENTS_RUNNER_DEBIAN_MIRROR": "scripts/build-images: the Debian mirror",
+        "AGENTS_RUNNER_PULL_TIMEOUT": "scripts/build-images: how long a pull may take",
+        "AGENTS_RUNNER_DOCKERD_WAIT": "scripts/lib/engine.sh: how long to wait for dockerd",
+        "AGENTS_RUNNER_DOCKERD_LOG": "scripts/lib/engine.sh: dockerd's log file",
+        "AGENTS_RUNNER_DOCKER_CONFIG": "scripts/lib/engine.sh: the daemon.json it registers gVisor in",
+        "AGENTS_RUNNER_ROOT": "scripts/lib/engine.sh: the checkout the scripts work in",
+        "AGENTS_RUNNER_BENCH_POSTGRES_URL": "scripts/bench: the PostgreSQL server of its rows",
+        "AGENTS_RUNNER_TEST_POSTGRES_URL": "tests: the PostgreSQL server the store tests use",
+        "AGENTS_RUNNER_TEST_POSTGRES_DIR": "tests: the throwaway PostgreSQL cluster's directory",
+        "AGENTS_RUNNER_TEST_PROXY_IMAGE": "tests: the egress proxy image the smuggling tests use",
+        "AGENTS_RUNNER_SKIP_DOCKER": "tests: skip the tests that need Docker",
+        "AGENTS_RUNNER_RUNSC": "tests: whether gVisor tests run",
+        "AGENTS_RUNNER_CANARY": "tests: a secret that must never reach a worker",
+    }
+)
 
 
 def _extra(cls: type[CommandSettings], field: str) -> dict[str, Any]:
