@@ -263,7 +263,7 @@ NOT_CONFIGURATION: Mapping[str, str] = MappingProxyType(
         "AGENTS_RUNNER_PULL_TIMEOUT": "scripts/build-images: how long a pull may take",
         "AGENTS_RUNNER_DOCKERD_WAIT": "scripts/lib/engine.sh: how long to wait for dockerd",
         "AGENTS_RUNNER_DOCKERD_LOG": "scripts/lib/engine.sh: dockerd's log file",
-        "AGENTS_RUNNER_DOCKER_CONFIG": "scripts/lib/engine.sh: the daemon.json it registers gVisor in",
+        "AGENTS_RUNNER_DOCKER_CONFIG": "scripts/lib/engine.sh: the daemon.json gVisor is put in",
         "AGENTS_RUNNER_ROOT": "scripts/lib/engine.sh: the checkout the scripts work in",
         "AGENTS_RUNNER_BENCH_POSTGRES_URL": "scripts/bench: the PostgreSQL server of its rows",
         "AGENTS_RUNNER_TEST_POSTGRES_URL": "tests: the PostgreSQL server the store tests use",
