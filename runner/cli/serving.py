@@ -24,7 +24,7 @@ import uvicorn
 
 from runner.cli.app import fail
 from runner.cli.settings import ServeSettings, current
-from runner.cli.worker import log, open_engine
+from runner.cli.worker import log, open_engine, shutdown_when
 from runner.isolation import check_engine
 from runner.server import Grant, close_streams, create_app
 from runner.server.inline import InlineRules
@@ -142,7 +142,7 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
         ) as engine:
             session_worker = Worker(engine, SessionWorkerOptions(concurrency, poll_s), log=log)
             async with session_worker:
-                group.start_soon(_shutdown_when, stopping, session_worker)
+                group.start_soon(shutdown_when, stopping, session_worker)
                 await session_worker.run()
         # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
         # it part way would end the lifespan with a traceback.
@@ -151,12 +151,6 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
         group.cancel_scope.cancel()
     if not server.started:
         fail(f"could not serve on {url} (see the log above)")
-
-
-async def _shutdown_when(stopping: anyio.Event, session_worker: Worker) -> None:
-    """SIGTERM, or uvicorn stopping on its own, drains the session worker."""
-    await stopping.wait()
-    session_worker.request_shutdown()
 
 
 __all__ = ["run_server"]

@@ -98,21 +98,31 @@ def worker(
 async def _serve(store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool,
                  pool_size: int | None, pool_idle_s: float | None,
                  runtime: str | None, audit: AuditSetting | None = None) -> None:  # fmt: skip
+    stopping = anyio.Event()
+
+    async def on_signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                log(f"worker {default_owner()}: draining")
+                stopping.set()
+                return
+
     options = SessionWorkerOptions(concurrency, poll_s, exit_when_idle)
-    async with open_engine(store, pool_size, pool_idle_s, runtime, audit) as engine:
-        session_worker = Worker(engine, options, log=log)
-
-        async def on_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    log(f"worker {default_owner()}: draining")
-                    session_worker.request_shutdown()
-                    return
-
-        async with session_worker, anyio.create_task_group() as group:
-            group.start_soon(on_signals)
+    async with anyio.create_task_group() as group:
+        group.start_soon(on_signals)  # from the start: the warm pool's start-up drains too
+        async with (
+            open_engine(store, pool_size, pool_idle_s, runtime, audit) as engine,
+            Worker(engine, options, log=log) as session_worker,
+        ):
+            group.start_soon(shutdown_when, stopping, session_worker)
             await session_worker.run()
-            group.cancel_scope.cancel()
+        group.cancel_scope.cancel()
+
+
+async def shutdown_when(stopping: anyio.Event, session_worker: Worker) -> None:
+    """`stopping` (SIGTERM; for `serve`, uvicorn stopping too) drains the session worker."""
+    await stopping.wait()
+    session_worker.request_shutdown()
 
 
 @asynccontextmanager
@@ -158,4 +168,4 @@ def log(message: str) -> None:
     print(controls.dumps({"ts": round(time.time(), 3), "message": message}), file=sys.stderr)
 
 
-__all__ = ["log", "open_engine", "worker"]
+__all__ = ["log", "open_engine", "shutdown_when", "worker"]
