@@ -7,9 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import pytest
 
-from runner.session import Engine, SessionWorkerOptions, Worker, parse_agent
-from runner.stores import SQLiteStore
+from runner.session import (
+    Engine,
+    SessionWorkerOptions,
+    StoreCapabilityError,
+    Worker,
+    parse_agent,
+)
+from runner.stores import FileSessionStore, SQLiteStore
 from runner.tools import ToolRegistry
 from tests.session.conftest import agent_doc, calls
 
@@ -81,3 +88,9 @@ def test_shutting_down_drains_what_is_in_flight(store: SQLiteStore,
         assert f"worker {engine.owner}: draining (1 in flight)" in lines
 
     anyio.run(main)
+
+
+def test_a_store_that_cannot_fence_is_refused(tmp_path) -> None:
+    engine = Engine(FileSessionStore(tmp_path / "sessions"), single_process=True)
+    with pytest.raises(StoreCapabilityError, match="a session worker needs"):
+        Worker(engine)
