@@ -47,7 +47,7 @@ class SessionWorkerOptions:
     `listen_slice_s`: the longest single wait for the store's announcements."""
 
     concurrency: int = 4
-    poll_s: float = 5.0
+    poll_s: float = 0.5
     exit_when_idle: bool = False
     error_backoff_s: float = 30.0
     max_error_backoff_s: float = 900.0
