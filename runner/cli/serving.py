@@ -1,7 +1,7 @@
 """What `agents-runner serve` runs (runner/cli/serve.py parses its options): uvicorn
-serving runner.server's app beside the worker loop and the sweep of lapsed claims, all
-drained by SIGTERM or SIGINT. A module of its own so that only `serve` imports the
-server's stack.
+serving runner.server's app beside the session worker (runner.session.Worker) and the
+sweep of lapsed claims, all drained by SIGTERM or SIGINT. A module of its own so that
+only `serve` imports the server's stack.
 
 uvicorn is given the socket `serve` bound (so a port in use is one line, not a
 traceback), the Host names to answer to, and its limits: a deadline for a request's
@@ -24,12 +24,13 @@ import uvicorn
 
 from runner.cli.app import fail
 from runner.cli.settings import ServeSettings, current
-from runner.cli.worker import advance_sessions, log
+from runner.cli.worker import log, open_engine, shutdown_when
 from runner.isolation import check_engine
 from runner.server import Grant, close_streams, create_app
 from runner.server.inline import InlineRules
 from runner.server.limits import Limits
 from runner.server.protocol import head_timeout_protocol
+from runner.session import SessionWorkerOptions, Worker
 from runner.session.claims import keep_sweeping_claims
 from runner.stores import DurableStore
 
@@ -134,10 +135,15 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
         group.start_soon(on_signals)
         group.start_soon(http)
         group.start_soon(keep_sweeping_claims, store, settings)  # lapsed claims
-        # The loop's calls publish their live output where the app's event streams listen.
-        await advance_sessions(store, concurrency, poll_s, stopping, pool_size=pool_size,
-                               pool_idle_s=pool_idle_s, runtime=runtime,
-                               call_output=app.state.settings.engine.call_output)  # fmt: skip
+        # The worker's calls publish their live output where the app's event streams listen.
+        output = app.state.settings.engine.call_output
+        async with open_engine(
+            store, pool_size, pool_idle_s, runtime, call_output=output
+        ) as engine:
+            session_worker = Worker(engine, SessionWorkerOptions(concurrency, poll_s), log=log)
+            async with session_worker:
+                group.start_soon(shutdown_when, stopping, session_worker)
+                await session_worker.run()
         # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
         # it part way would end the lifespan with a traceback.
         server.should_exit = True

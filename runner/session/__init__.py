@@ -15,7 +15,8 @@ output.py: what an isolated call's worker streams, kept with the call and publis
 storage.py: store calls off the event loop and the capability checks; audit.py: where
 each isolated call's audit record goes (AGENTS_RUNNER_AUDIT); stored.py: the
 DurableAgent of each stored agent, kept for a long-running process; leases.py: holding
-and renewing a lease; operator.py: what an operator is shown. Session values and their
+and renewing a lease; worker.py: the session worker (`Worker`), advancing due sessions
+under leases until it drains; operator.py: what an operator is shown. Session values and their
 state tables live in runner.state; the engine sees isolation only through the Runner
 protocol and the store only through its interfaces.
 """
@@ -54,6 +55,7 @@ from runner.session.scheduler import (
 from runner.session.settings import AgentSettings
 from runner.session.storage import StoreCapabilityError, require_durable
 from runner.session.stored import StoredAgents
+from runner.session.worker import SessionWorkerOptions, Worker
 from runner.state import (
     SESSION_SCHEMA_VERSION,
     LlmTurn,
@@ -91,6 +93,7 @@ __all__ = [
     "RunSync",
     "Session",
     "SessionError",
+    "SessionWorkerOptions",
     "StepReport",
     "StoreCapabilityError",
     "StoredAgents",
@@ -103,6 +106,7 @@ __all__ = [
     "UnknownToken",
     "UserTurn",
     "WakeReport",
+    "Worker",
     "default_owner",
     "from_envelope",
     "from_output",
