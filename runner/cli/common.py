@@ -24,6 +24,7 @@ from rich.console import Console
 
 from envelopes import controls
 from runner.cli.app import fail
+from runner.cli.pooling import with_pool
 from runner.cli.settings import DEFAULT_STORE as DEFAULT_STORE  # the commands import it here
 from runner.cli.settings import EngineSettings, WorkerSettings, current, env_name
 from runner.isolation.audit import AuditError
@@ -42,7 +43,6 @@ from runner.session import (
 )
 from runner.session.attachments import AttachmentError, read_attachments
 from runner.session.audit import AUDIT_FORMS, AuditSetting, AuditSettingError, parse_audit
-from runner.session.runners import runner_factory
 from runner.session.runtime import RunnerFactory
 from runner.state import Attachment, now_ms
 from runner.stores import DurableStore, Lease, SessionStore, StoreError, StoreUnavailable
@@ -283,9 +283,11 @@ def run_engine(
     each docker spec's `pool`; 0: none), removed before this returns, under `runtime` when
     one is forced (`--runtime`)."""
 
+    async def engine(runners: RunnerFactory | None) -> T:
+        return await action(session_engine(store, runners, audit))
+
     async def pooled() -> T:
-        async with runner_factory(pool_size, runtime=runtime) as runners:
-            return await action(session_engine(store, runners, audit))
+        return await with_pool(pool_size, engine, runtime)
 
     return run_async(pooled)
 
