@@ -152,8 +152,8 @@ def resume(
 ) -> None:
     """Step until the final answer or the next wait (continues a frozen session; with
     --retry, a failed one)."""
-    chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
     with open_sessions(store) as opened:
+        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
 
         async def go(engine: Engine) -> StepReport:
             return await engine.resume(session_id, unquarantine=unquarantine, retry=retry,
@@ -255,8 +255,8 @@ def run_isolated(
 ) -> None:
     """Run the detached isolated calls a session waits on, and record their results
     (the env values of their specs, never stored, come from --agent-file)."""
-    chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
     with open_sessions(store) as opened:
+        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
         report = run_engine(opened, pool_size, lambda e: e.run_isolated(session_id, chosen),
                             audit, runtime)  # fmt: skip
         print_report(report, as_json)
