@@ -33,18 +33,17 @@ from runner.llm import LLMError
 from runner.session import (
     Agent,
     AgentError,
-    DurableAgent,
+    Engine,
     LeaseBusy,
     SessionError,
     StoreCapabilityError,
     ToolResult,
     load_agent,
-    parse_agent,
     require_durable,
-    with_durable_workflows,
 )
 from runner.session.attachments import AttachmentError, read_attachments
 from runner.session.audit import AUDIT_FORMS, AuditSetting, AuditSettingError, parse_audit
+from runner.session.runtime import RunnerFactory
 from runner.state import Attachment, now_ms
 from runner.stores import DurableStore, Lease, SessionStore, StoreError, StoreUnavailable
 from runner.stores import open_store as open_location
@@ -258,17 +257,39 @@ def open_store(location: str, purpose: str | None = None) -> Iterator[DurableSto
         yield durable
 
 
-def durable_agent(
-    agent: Agent, store: SessionStore, audit: AuditSetting | None = None
-) -> DurableAgent:
-    """`agent` on `store`; single-process when the store has no leases (a file store);
-    its isolated calls audited as `audit` says (`--audit`; None: AGENTS_RUNNER_AUDIT's
+def session_engine(
+    store: SessionStore, runners: RunnerFactory | None = None, audit: AuditSetting | None = None
+) -> Engine:
+    """The Engine a command advances `store`'s sessions with: single-process when the
+    store has no leases (a file store); its isolated calls made by `runners` (None: each
+    call its own runner) and audited as `audit` says (`--audit`; None: AGENTS_RUNNER_AUDIT's
     setting, else the store), the rest as the command's settings say (lease length, egress
     network: runner/cli/settings.py)."""
     settings = current(EngineSettings).agent_settings(audit)
-    return with_durable_workflows(
-        agent, store, single_process=not isinstance(store, DurableStore), settings=settings
-    )
+    return Engine(store, runners, settings.audit, lease_s=settings.lease_s,
+                  egress_network=settings.egress_network,
+                  single_process=not isinstance(store, DurableStore))  # fmt: skip
+
+
+def run_engine(
+    store: SessionStore,
+    pool_size: int | None,
+    action: Callable[[Engine], Awaitable[T]],
+    audit: AuditSetting | None = None,
+    runtime: str | None = None,
+) -> T:
+    """`action(engine)` with the command's one Engine (session_engine), its
+    Docker-isolated calls served from a warm pool of `pool_size` (`--pool-size`; None:
+    each docker spec's `pool`; 0: none), removed before this returns, under `runtime` when
+    one is forced (`--runtime`)."""
+
+    async def engine(runners: RunnerFactory | None) -> T:
+        return await action(session_engine(store, runners, audit))
+
+    async def pooled() -> T:
+        return await with_pool(pool_size, engine, runtime)
+
+    return run_async(pooled)
 
 
 def now_of(store: SessionStore) -> int:
@@ -294,33 +315,20 @@ def live_holder(store: SessionStore, session_id: str) -> str | None:
     return None
 
 
-def stored_agent(
-    store: SessionStore,
-    session_id: str,
-    agent_file: Path | None = None,
-    audit: AuditSetting | None = None,
-    **options: Any,
-) -> DurableAgent:
-    """The agent a session started with, from the store (or `agent_file`, checked against
-    it when the session advances), in asynchronous mode, audited as `audit` says.
-    `options`: DurableAgent fields such as migrate=True or allow_agent_change=True."""
+def given_agent(path: Path | None) -> Agent | None:
+    """The agent of `--agent-file`, if given, in asynchronous mode: it replaces the
+    session's stored one (checked against it when the session advances)."""
+    if path is None:
+        return None
     with user_errors():
-        session = store.load(session_id, history=False)
-        if agent_file is not None:
-            agent = load_agent(agent_file)
-        else:
-            agent = parse_agent(store.agent_document(session.agent_hash), "stored agent")
-    durable = durable_agent(agent.with_mode("asynchronous"), store, audit)
-    return replace(durable, **options) if options else durable
+        return load_agent(path).with_mode("asynchronous")
 
 
-def agent_from_file(
-    path: Path | None, store: SessionStore, audit: AuditSetting | None = None
-) -> DurableAgent:
+def agent_from_file(path: Path | None) -> Agent:
     if path is None:
         fail("--agent-file is required (before or after the command name)")
     with user_errors():
-        return durable_agent(load_agent(path), store, audit)
+        return load_agent(path)
 
 
 def read_attached(paths: list[Path] | None) -> list[Attachment]:
@@ -332,22 +340,6 @@ def read_attached(paths: list[Path] | None) -> list[Attachment]:
 def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
     with user_errors():
         return anyio.run(function, *args)
-
-
-def run_pooled(
-    agent: DurableAgent,
-    pool_size: int | None,
-    action: Callable[[DurableAgent], Awaitable[T]],
-    runtime: str | None = None,
-) -> T:
-    """`action(agent)`, its Docker-isolated calls served from a warm pool of `pool_size`
-    (`--pool-size`; None: each docker spec's `pool`), removed before this returns, under
-    `runtime` when one is forced (`--runtime`)."""
-
-    async def pooled() -> T:
-        return await with_pool(agent, pool_size, action, runtime)
-
-    return run_async(pooled)
 
 
 def emit(document: dict[str, Any], as_json: bool, human: Callable[[], None]) -> None:

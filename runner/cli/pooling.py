@@ -15,41 +15,31 @@ are shelved by limits, runtime included, so a warm call runs under its spec's ru
 
 The options are parsed here (runner/cli/common.py); the pool itself is the library's
 (runner.isolation.open_pool) and the spec adapter the session side's
-(runner.session.runners: `runner_factory`, `PooledRunners`).
+(runner.session.runners: `runner_factory`, `PooledRunners`), given to the command's
+Engine (runner/cli/common.py: `run_engine`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from runner.session import DurableAgent
 from runner.session.runners import runner_factory
+from runner.session.runtime import RunnerFactory
 
 T = TypeVar("T")
 
 
-@asynccontextmanager
-async def pooled_agent(
-    agent: DurableAgent, configured: int | None, runtime: str | None = None
-) -> AsyncIterator[DurableAgent]:
-    """`agent` with its Docker-isolated calls served from a warm pool for the block (and
-    under `runtime`, when one is forced)."""
-    async with runner_factory(configured, runtime=runtime) as pooled:
-        yield agent if pooled is None else replace(agent, runner_factory=pooled)
-
-
 async def with_pool(
-    agent: DurableAgent,
     configured: int | None,
-    action: Callable[[DurableAgent], Awaitable[T]],
+    action: Callable[[RunnerFactory | None], Awaitable[T]],
     runtime: str | None = None,
 ) -> T:
-    """`action(agent)` with the agent's Docker-isolated calls from a warm pool."""
-    async with pooled_agent(agent, configured, runtime) as pooled:
+    """`action(runners)`: the runners of Docker-isolated calls from a warm pool of
+    `configured` (None when there is none to open: each call makes its own runner),
+    under `runtime` when one is forced; the pool's containers removed before this returns."""
+    async with runner_factory(configured, runtime=runtime) as pooled:
         return await action(pooled)
 
 
-__all__ = ["pooled_agent", "with_pool"]
+__all__ = ["with_pool"]

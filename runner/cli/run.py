@@ -25,7 +25,7 @@ from runner.cli.common import (
     open_sessions,
     read_attached,
     read_prompt,
-    run_pooled,
+    run_engine,
 )
 from runner.cli.display import echo
 from runner.cli.settings import read_settings, settings_class
@@ -56,8 +56,9 @@ def run(
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
     with open_sessions(store, create=True) as opened:
-        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened, audit)
-        report = run_pooled(agent, pool_size, lambda pooled: pooled.run(text, attachments))
+        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"))
+        report = run_engine(opened, pool_size, lambda e: e.agent(agent).run(text, attachments),
+                            audit)  # fmt: skip
     document = report.to_dict()
     if report.status == "waiting":
         document["status"] = "paused"

@@ -9,10 +9,10 @@ asynchronous mode, whatever its file says.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio.to_thread
 import typer
 
 from runner.cli.app import app, fail
@@ -29,6 +29,7 @@ from runner.cli.common import (
     StoreOption,
     agent_from_file,
     emit,
+    given_agent,
     late_of,
     lease_of,
     live_holder,
@@ -36,9 +37,7 @@ from runner.cli.common import (
     open_sessions,
     read_attached,
     read_prompt,
-    run_async,
-    run_pooled,
-    stored_agent,
+    run_engine,
     user_errors,
 )
 from runner.cli.display import (
@@ -55,11 +54,12 @@ from runner.cli.display import (
 )
 from runner.cli.results import read_result
 from runner.session import (
-    DurableAgent,
+    Engine,
     LeaseBusy,
     Session,
     StepReport,
     ToolResult,
+    WakeReport,
     pending_entry,
 )
 from runner.session.audit import AuditSetting
@@ -94,14 +94,18 @@ def start(
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
     with open_sessions(store, create=True) as opened:
-        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), opened)
-        with user_errors():
-            session = agent.start(text, attachments)
-        if step:
+        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"))
+
+        async def begin(engine: Engine) -> tuple[Session, StepReport | None]:
+            session = await engine.start(agent, text, attachments)
+            if not step:
+                return session, None
             if not as_json:
                 echo(f"session-id: {session.id}")
-            stepper = stored_agent(opened, session.id, audit=audit)
-            report = run_pooled(stepper, pool_size, lambda a: a.step(session.id))
+            return session, await engine.step(session.id)
+
+        session, report = run_engine(opened, pool_size if step else 0, begin, audit)
+        if report is not None:
             print_report(report, as_json)
             if report.status == "failed":  # printed above; a script sees it in the exit code
                 fail(f"session {session.id} failed: {report.session.failure_reason}; fix the"
@@ -121,8 +125,7 @@ def step(
 ) -> None:
     """Run one scheduling step."""
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id, audit=audit)
-        print_report(run_pooled(agent, pool_size, lambda a: a.step(session_id)), as_json)
+        print_report(run_engine(opened, pool_size, lambda e: e.step(session_id), audit), as_json)
 
 
 @session_app.command("resume")
@@ -149,15 +152,15 @@ def resume(
 ) -> None:
     """Step until the final answer or the next wait (continues a frozen session; with
     --retry, a failed one)."""
-    chosen = agent_file or (ctx.obj or {}).get("agent_file")
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id, chosen, audit, migrate=migrate,
-                             allow_agent_change=allow_agent_change)  # fmt: skip
+        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
 
-        async def go(pooled: DurableAgent) -> StepReport:
-            return await pooled.resume(session_id, unquarantine=unquarantine, retry=retry)
+        async def go(engine: Engine) -> StepReport:
+            return await engine.resume(session_id, unquarantine=unquarantine, retry=retry,
+                                       migrate=migrate, agent=chosen,
+                                       allow_agent_change=allow_agent_change)  # fmt: skip
 
-        report = run_pooled(agent, pool_size, go)
+        report = run_engine(opened, pool_size, go, audit)
         print_report(report, as_json)
     if report.status == "failed":  # printed above; a script sees it in the exit code too
         fail(f"session {session_id} failed: {report.session.failure_reason}; fix the cause,"
@@ -176,8 +179,7 @@ def pause(
     the continuation tokens of the calls it waits on (agents-exe's pause; `session
     freeze` is what stops a session)."""
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id, audit=audit)
-        report = run_pooled(agent, pool_size, lambda a: a.step(session_id))
+        report = run_engine(opened, pool_size, lambda e: e.pause(session_id), audit)
     session = report.session
     document = {**report.to_dict(),
                 "continuation_tokens": [c.token for c in session.waiting_on()]}  # fmt: skip
@@ -202,9 +204,7 @@ def freeze(
 ) -> None:
     """Stop a session from being stepped, by anyone, until `session resume`."""
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id)
-        with user_errors():
-            session = agent.freeze(session_id)
+        session = run_engine(opened, 0, lambda e: e.freeze(session_id))
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: echo(f"session {session.id} is {session.status}"))  # fmt: skip
 
@@ -215,9 +215,7 @@ def cancel(
 ) -> None:
     """Cancel a session and every call still open."""
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id)
-        with user_errors():
-            session = agent.cancel(session_id)
+        session = run_engine(opened, 0, lambda e: e.cancel(session_id))
     emit({"session_id": session.id, "status": session.status}, as_json,
          lambda: echo(f"session {session.id} is cancelled"))  # fmt: skip
 
@@ -257,10 +255,10 @@ def run_isolated(
 ) -> None:
     """Run the detached isolated calls a session waits on, and record their results
     (the env values of their specs, never stored, come from --agent-file)."""
-    chosen = agent_file or (ctx.obj or {}).get("agent_file")
     with open_sessions(store) as opened:
-        agent = stored_agent(opened, session_id, chosen, audit)
-        report = run_pooled(agent, pool_size, lambda a: a.run_isolated(session_id), runtime)
+        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
+        report = run_engine(opened, pool_size, lambda e: e.run_isolated(session_id, chosen),
+                            audit, runtime)  # fmt: skip
         print_report(report, as_json)
 
 
@@ -279,17 +277,19 @@ def wake_by_token(
         found = store.find(token)
     if found is None:
         fail(f"no call has the continuation token {token!r} in the {store.description}")
-    agent = stored_agent(store, found.session_id, audit=audit)
-    report = run_async(agent.wake, found.session_id, [(token, result)])
 
+    async def go(engine: Engine) -> tuple[WakeReport, StepReport | None, str | None]:
+        woken = await engine.wake(found.session_id, [(token, result)])
+        if resume and not woken.conflicting and woken.session.status == "running":
+            return woken, *await auto_resume(engine, woken.session.id)
+        return woken, None, None
+
+    # The warm pool is opened only for a resume (which may run isolated calls).
+    report, continued, holder = run_engine(store, pool_size if resume else 0, go, audit)
     if report.conflicting:
         fail(f"call {found.call_id} already ended with a different result; this one was"
              " refused and nothing changed (see `session show`)", 1)  # fmt: skip
     session = report.session
-    continued: StepReport | None = None
-    holder: str | None = None
-    if resume and session.status == "running":
-        continued, holder = auto_resume(store, agent, session.id, pool_size)
     document: dict[str, Any] = report.to_dict()
     if resume:
         document["resumed"] = continued.to_dict() if continued is not None else None
@@ -316,26 +316,18 @@ def wake_by_token(
     emit(document, as_json, human)
 
 
-def auto_resume(
-    store: SessionStore, agent: DurableAgent, session_id: str, pool_size: int | None = None
-) -> tuple[StepReport | None, str | None]:
+async def auto_resume(engine: Engine, session_id: str) -> tuple[StepReport | None, str | None]:
     """Resume the session here: (its report, None); or (None, who) when a live process
     holds its lease, which then continues it."""
-    holder = live_holder(store, session_id)
+    store = engine.store
+    holder = await anyio.to_thread.run_sync(live_holder, store, session_id)
     if holder is not None:
         return None, holder
-    quick = replace(agent, lease_wait_s=RESUME_LEASE_WAIT_S)
-
-    async def go(pooled: DurableAgent) -> StepReport | None:
-        try:
-            return await pooled.resume(session_id)
-        except LeaseBusy:  # taken between the look and the try: the taker continues it
-            return None
-
-    report = run_pooled(quick, pool_size, go)
-    if report is None:
-        return None, live_holder(store, session_id) or "another process"
-    return report, None
+    try:
+        return await engine.resume(session_id, lease_wait_s=RESUME_LEASE_WAIT_S), None
+    except LeaseBusy:  # taken between the look and the try: the taker continues it
+        taker = await anyio.to_thread.run_sync(live_holder, store, session_id)
+        return None, taker or "another process"
 
 
 @session_app.command("complete")
@@ -387,12 +379,7 @@ def retry(
             found = opened.find(token)
         if found is None:
             fail(f"no call has the continuation token {token!r} in the {opened.description}")
-        agent = stored_agent(opened, found.session_id)
-
-        async def go() -> Session:
-            return await agent.retry(found.session_id, token, force=force)
-
-        session = run_async(go)
+        session = run_engine(opened, 0, lambda e: e.retry(found.session_id, token, force=force))
     emit({"session_id": session.id, "status": session.status, "retried": found.call_id},
          as_json, lambda: echo(f"call {found.call_id} will run again"))  # fmt: skip
 

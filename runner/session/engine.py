@@ -122,13 +122,16 @@ class Engine:
 
     def agent(self, agent: Agent) -> DurableAgent:
         """`agent` run as this engine runs every agent (its runners, audit, bus, lease)."""
+        return self._durable(agent, self._audit)
+
+    def _durable(self, agent: Agent, audit: AuditSetting | OpenedAudit) -> DurableAgent:
         gate = self.gate
         return DurableAgent(
             agent, self.store, cache=self._cache, deployment_runner=self._deployment_runner,
             llm=self._llm, runner_factory=self.runners, tools=self._tools, clock=self.clock,
             owner=gate.owner, lease_s=gate.lease_s, lease_wait_s=gate.lease_wait_s,
             poison_after=gate.poison_after, single_process=self._single_process,
-            call_output=self.call_output, audit=self._audit,
+            call_output=self.call_output, audit=audit,
             egress_network=self._egress_network,
         )  # fmt: skip
 
@@ -153,8 +156,9 @@ class Engine:
     async def start(
         self, agent: Agent, prompt: str, attachments: Sequence[Attachment] = ()
     ) -> Session:
-        """Store a new session of `agent` whose first turn is `prompt`; nothing runs yet."""
-        durable = self.agent(agent)
+        """Store a new session of `agent` whose first turn is `prompt`; nothing runs yet
+        (so the audit sink is not opened for it)."""
+        durable = self._durable(agent, self._audit_setting)
         return await anyio.to_thread.run_sync(durable.start, prompt, attachments)
 
     async def resume(
@@ -166,11 +170,15 @@ class Engine:
         retry: bool = False,
         migrate: bool = False,
         lease_wait_s: float | None = None,
+        agent: Agent | None = None,
+        allow_agent_change: bool = False,
     ) -> StepReport:
         """Step until the final answer or the next wait (DurableAgent.resume); `migrate`
         upgrades a session of an older schema; `lease_wait_s` bounds the wait for a
-        lease someone else holds."""
-        open_ = self._opener(session_id, lease_wait_s, migrate=migrate)
+        lease someone else holds; `agent` runs it instead of its stored agent (refused
+        if they differ, unless `allow_agent_change`: then it is the session's agent)."""
+        open_ = self._opener(session_id, lease_wait_s, migrate=migrate, agent=agent,
+                             allow_agent_change=allow_agent_change)  # fmt: skip
         return await operations.resume(open_, unfreeze=unfreeze, unquarantine=unquarantine,
                                        retry=retry)  # fmt: skip
 
@@ -183,9 +191,10 @@ class Engine:
         it waits on."""
         return await self.step(session_id)
 
-    async def run_isolated(self, session_id: str) -> StepReport:
-        """Run the detached RunIsolated calls the session waits on."""
-        return await operations.run_isolated(self._opener(session_id))
+    async def run_isolated(self, session_id: str, agent: Agent | None = None) -> StepReport:
+        """Run the detached RunIsolated calls the session waits on (with `agent` in place
+        of its stored one: the env values of its specs, which the store never keeps)."""
+        return await operations.run_isolated(self._opener(session_id, agent=agent))
 
     async def work(self, session_id: str) -> StepReport:
         """What the session worker does with a session the store offered as due: take
@@ -272,8 +281,11 @@ class Engine:
         *,
         exists: bool = False,
         migrate: bool = False,
+        agent: Agent | None = None,
+        allow_agent_change: bool = False,
     ) -> Opener:
-        gate = replace(self.gate, migrate=True) if migrate else self.gate
+        gate = replace(self.gate, migrate=migrate, allow_agent_change=allow_agent_change)
+        given = self.agent(agent) if agent is not None else None
 
         @asynccontextmanager
         async def opened() -> AsyncIterator[Opened]:
@@ -282,7 +294,7 @@ class Engine:
                 session,
                 holder,
             ):
-                durable = await self._agents.of_hash(session.agent_hash)
+                durable = given or await self._agents.of_hash(session.agent_hash)
                 async with durable.runtime(storage) as rt:
                     await admit(rt, gate, session, holder)
                     yield rt, session, holder

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from runner.cli.common import stored_agent
+from runner.cli.common import run_async, session_engine
 from runner.cli.session import auto_resume
 from runner.stores import SQLiteStore
 
@@ -300,11 +300,11 @@ def test_resume_after_complete_leaves_a_session_held_by_a_live_process_to_it(wor
     try:
         lease = store.acquire_lease(sid, "worker-7", 300)
         assert lease is not None
-        agent = stored_agent(store, sid)
-        assert auto_resume(store, agent, sid) == (None, "worker-7")
+        engine = session_engine(store)
+        assert run_async(auto_resume, engine, sid) == (None, "worker-7")
         assert store.load(sid).status == "running"  # untouched: worker-7 continues it
         store.release_lease(lease)
-        report, holder = auto_resume(store, agent, sid)
+        report, holder = run_async(auto_resume, engine, sid)
         assert holder is None and report is not None and report.session.final_answer == "42"
     finally:
         store.close()
