@@ -7,7 +7,7 @@ character sets as the checks a worker runs without `re` (`Token.pattern`, `Token
 the path and base64 rules word their refusals here, once, for the pydantic models
 (envelopes.v1, through validators), the worker SDK's fast path (envelopes.worker_request)
 and the file rules (envelopes.files). `envelopes.v1` re-exports the constants as part of
-its contract; `envelopes.bounds` is this module's former name, kept for its importers.
+its contract.
 
 Imports stay within what a bare interpreter has loaded: a worker pays for this module at
 every start.

@@ -15,7 +15,7 @@ import typer
 from pydantic import ValidationError
 
 from envelopes import codec, controls, wire
-from envelopes.bounds import LATEST_VERSION
+from envelopes.rules import LATEST_VERSION
 from envelopes.v1 import MAX_REQUEST_BYTES, SUPPORTED_VERSIONS, VERSION, ToolCallRequest
 from runner.cli.app import app, fail
 from runner.cli.common import parse_audit_option

@@ -25,7 +25,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from envelopes import codec
-from envelopes.bounds import LATEST_VERSION
 from envelopes.controls import escape_controls
 from envelopes.files import (
     FilesError,
@@ -35,6 +34,7 @@ from envelopes.files import (
     path_problem,
     write_files,
 )
+from envelopes.rules import LATEST_VERSION
 from envelopes.v1 import ToolCallRequest, media_parts
 from runner.cli.app import fail
 from runner.isolation import CallOutcome, WorkerEvent

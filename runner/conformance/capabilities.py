@@ -24,9 +24,9 @@ import anyio
 from pydantic import ValidationError
 
 from envelopes import wire
-from envelopes.bounds import CAPABILITY_EVENTS, CAPABILITY_FILES, EVENT_RECORD_SEPARATOR
 from envelopes.codec import describe_validation_error
 from envelopes.events import parse_line
+from envelopes.rules import CAPABILITY_EVENTS, CAPABILITY_FILES, EVENT_RECORD_SEPARATOR
 from envelopes.v1 import DescribeResult, ToolDescription
 from runner.conformance import probes
 from runner.conformance.battery import Answer, Battery

@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from envelopes import codec
-from envelopes.bounds import EVENTS_MAX_BYTES_CEILING, LATEST_VERSION, VERSION
+from envelopes.rules import EVENTS_MAX_BYTES_CEILING, LATEST_VERSION, VERSION
 from envelopes.v1 import MAX_REQUEST_BYTES, DescribeRequest, ToolCallRequest
 from runner.isolation.dialect import V1_DIALECT, Dialect, UnsupportedExchange
 from runner.isolation.events import EventCallback, EventReader

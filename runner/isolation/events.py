@@ -30,13 +30,13 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from envelopes import events as wire_events
-from envelopes.bounds import (
+from envelopes.controls import escape_controls
+from envelopes.rules import (
     EVENT_MAX_LINE_BYTES,
     EVENT_RECORD_SEPARATOR,
     EVENTS_MAX_DELIVERED,
     OUTPUT_TAIL_MAX,
 )
-from envelopes.controls import escape_controls
 from envelopes.v1 import EventBudget
 
 logger = logging.getLogger(__name__)

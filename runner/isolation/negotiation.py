@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envelopes import files as wire_files
-from envelopes.bounds import (
+from envelopes.rules import (
     CAPABILITY_EVENTS,
     CAPABILITY_FILES,
     EVENTS_MAX_BYTES_CEILING,

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envelopes import codec
-from envelopes.bounds import COLLECT_DEFAULT_MAX_BYTES, COLLECT_DEFAULT_MAX_FILES, VERSION
 from envelopes.controls import has_control_characters
 from envelopes.files import fold, path_problem
+from envelopes.rules import COLLECT_DEFAULT_MAX_BYTES, COLLECT_DEFAULT_MAX_FILES, VERSION
 from envelopes.v1 import (
     RUNNER_CODE_RETRYABLE,
     DescribeResult,

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from envelopes import bounds, schema
+from envelopes import rules, schema
 from envelopes.v1 import (
     RESERVED_ID,
     RUNNER_ERROR_CODES,
@@ -42,7 +42,7 @@ def examples() -> list[tuple[str, str]]:
 
 def schema_of(document: dict) -> tuple[str, str]:
     """(schema name, schema version) for an example."""
-    if "kind" not in document and document.get("type") in bounds.EVENT_TYPES:
+    if "kind" not in document and document.get("type") in rules.EVENT_TYPES:
         return "event", "1.1"
     return SCHEMA_OF_KIND[document["kind"]], schema.schema_version_for(document.get("version"))
 
@@ -58,7 +58,7 @@ def test_the_spec_has_an_example_of_every_kind() -> None:
 @pytest.mark.parametrize(("where", "text"), examples(), ids=[w for w, _ in examples()])
 def test_each_example_is_valid_against_its_schema(where: str, text: str) -> None:
     document = json.loads(text)
-    is_event = "kind" not in document and document.get("type") in bounds.EVENT_TYPES
+    is_event = "kind" not in document and document.get("type") in rules.EVENT_TYPES
     assert is_event or document.get("kind") in SCHEMA_OF_KIND, (
         f"{where}: every json block is an envelope or an event"
     )
@@ -105,7 +105,7 @@ def test_the_1_1_examples_show_every_1_1_member_and_the_models_accept_them() -> 
         document = json.loads(text)
         if schema_of(document)[1] == "1.1" and document.get("kind") != "DescribeRequest":
             shown |= members_1_1(document)
-    events = {f"event:{kind}" for kind in bounds.EVENT_TYPES}
+    events = {f"event:{kind}" for kind in rules.EVENT_TYPES}
     expected = {"files", "collect", "events", "capabilities", "path", "output_tail", *events}
     assert expected - shown == set()
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from envelopes import codec, schema, wire
-from envelopes.bounds import EVENTS_MAX_BYTES_CEILING
+from envelopes.rules import EVENTS_MAX_BYTES_CEILING
 from envelopes.v1 import ToolCallRequest
 from runner.isolation.local import LocalProcessRunner, ProcessLimits
 from runner.isolation.negotiation import plan

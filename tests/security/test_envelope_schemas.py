@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from envelopes import bounds, codec, events, schema, wire
+from envelopes import codec, events, rules, schema, wire
 from envelopes.v1 import ToolCallRequest
 
 REQUEST_1_1 = ToolCallRequest(
@@ -148,18 +148,18 @@ def test_the_full_outcome_schema_keeps_the_runner_codes_the_worker_schema_refuse
 
 #: A value each published pattern must accept, by pattern.
 SAMPLES = {
-    bounds.ID_PATTERN: "t1",
-    bounds.TOOL_NAME_PATTERN: "echo",
-    bounds.VERSION_PATTERN: "1.0",
-    bounds.EXTENSION_KEY_PATTERN: "acme.example/trace-id",
-    bounds.MIME_PATTERN: "image/png",
-    bounds.BASE64_PADDED_PATTERN: "YQ==",
-    bounds.FILENAME_PATTERN: "evil.sh",
-    bounds.WORKER_VERSION_PATTERN: "1.0.0",
-    bounds.PATH_PATTERN: "out/a.png",
-    bounds.GLOB_PATTERN: "out/*.png",
-    bounds.CAPABILITY_PATTERN: "files",
-    bounds.CRITICAL_MEMBER_PATTERN: "files",
+    rules.ID_PATTERN: "t1",
+    rules.TOOL_NAME_PATTERN: "echo",
+    rules.VERSION_PATTERN: "1.0",
+    rules.EXTENSION_KEY_PATTERN: "acme.example/trace-id",
+    rules.MIME_PATTERN: "image/png",
+    rules.BASE64_PADDED_PATTERN: "YQ==",
+    rules.FILENAME_PATTERN: "evil.sh",
+    rules.WORKER_VERSION_PATTERN: "1.0.0",
+    rules.PATH_PATTERN: "out/a.png",
+    rules.GLOB_PATTERN: "out/*.png",
+    rules.CAPABILITY_PATTERN: "files",
+    rules.CRITICAL_MEMBER_PATTERN: "files",
 }
 TERMINATORS = ["\n", "\r", "\r\n", "\u0085", "\u2028", "\u2029"]
 
@@ -196,12 +196,12 @@ def test_every_anchored_pattern_has_a_sample() -> None:
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs node (JavaScript's RegExp)")
 def test_no_engine_lets_a_trailing_line_terminator_through() -> None:
-    rules = published_rules()
+    published = published_rules()
     cases = [
         (pattern, refused, SAMPLES[pattern] + end, end == "" or (
             # The path rules admit U+2028/9 inside a name (they are not control characters).
-            pattern in (bounds.PATH_PATTERN, bounds.GLOB_PATTERN) and end in "\u2028\u2029"))
-        for pattern, refused in rules.items()
+            pattern in (rules.PATH_PATTERN, rules.GLOB_PATTERN) and end in "\u2028\u2029"))
+        for pattern, refused in published.items()
         for end in ["", *TERMINATORS]
     ]  # fmt: skip
     script = (
