@@ -9,11 +9,9 @@ whose snapshot predates another's commit cannot take the call a second time.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from runner.stores.base import Claim
 from runner.stores.postgres.connections import Connection
-from runner.stores.sql.call_claims import SqlCallClaims
+from runner.stores.sql.call_claims import REPLACE_CLAIM, SqlCallClaims
 from runner.stores.sql.dialect import ACTIVE_STATUSES
 from runner.stores.sql.engine import Engine, rows
 from runner.stores.sql.rows import CLAIM_COLUMNS, claim_columns, claim_from_row, claimed_call
@@ -42,10 +40,7 @@ class PostgresCallClaims(SqlCallClaims[Connection]):
                        %(worker)s, 'held', clock.ms, clock.ms + %(lease)s, %(lease)s,
                        p.document::jsonb ->> 'token'
                 FROM picked p CROSS JOIN clock
-                ON CONFLICT (session_id, call_id) DO UPDATE SET token = excluded.token,
-                    tool = excluded.tool, worker = excluded.worker, state = 'held',
-                    claimed_ms = excluded.claimed_ms, expires_ms = excluded.expires_ms,
-                    lease_ms = excluded.lease_ms, continuation = excluded.continuation
+                {REPLACE_CLAIM}
                 WHERE k.state = 'released'
                 RETURNING {CLAIM_COLUMNS})
             SELECT {claim_columns("c")}, p.document
@@ -53,17 +48,10 @@ class PostgresCallClaims(SqlCallClaims[Connection]):
               ON p.session_id = c.session_id AND p.call_id = c.call_id
             ORDER BY p.seq"""
 
-    def claim_calls(
-        self, tools: Collection[str], worker: str, lease_s: float, limit: int
+    def _pick_and_claim(
+        self, names: list[str], worker: str, lease_ms: int, limit: int
     ) -> list[Claim]:
-        """Hand up to `limit` claimable calls of `tools` to `worker` for `lease_s`:
-        deferred, not past their expiry, in a running or waiting session, and never
-        claimed or released by a lapsed claim. Oldest first; each gets a fresh token."""
-        names = sorted(set(tools))
-        if not names or limit <= 0:
-            return []
-        values = {"tools": names, "limit": limit, "worker": worker,
-                  "lease": int(lease_s * 1000)}  # fmt: skip
+        values = {"tools": names, "limit": limit, "worker": worker, "lease": lease_ms}
         # One transaction: applied once (see connections), tokens made by the database.
         claimed = self._engine.write(
             f"claiming calls of {', '.join(names)}", lambda db: rows(db, self._pick, values)

@@ -15,6 +15,15 @@ from runner.stores.base import CallClaims, Claim, ClaimLost
 from runner.stores.sql.engine import Engine, TxT, one, rows
 from runner.stores.sql.rows import CLAIM_COLUMNS, claim_columns, claim_from_row
 
+#: How a claim is written over the row of an earlier one (released, or an engine's own
+#: condition): every column but the call's key is the new claim's.
+REPLACE_CLAIM = (
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET token = excluded.token,"
+    " tool = excluded.tool, worker = excluded.worker, state = 'held',"
+    " claimed_ms = excluded.claimed_ms, expires_ms = excluded.expires_ms,"
+    " lease_ms = excluded.lease_ms, continuation = excluded.continuation"
+)
+
 
 class SqlCallClaims(CallClaims, Generic[TxT]):
     def __init__(self, engine: Engine[TxT]) -> None:
@@ -44,10 +53,23 @@ class SqlCallClaims(CallClaims, Generic[TxT]):
             " AND state = 'lapsed'"
         )
 
-    @abstractmethod
     def claim_calls(
         self, tools: Collection[str], worker: str, lease_s: float, limit: int
-    ) -> list[Claim]: ...
+    ) -> list[Claim]:
+        """Hand up to `limit` claimable calls of `tools` to `worker` for `lease_s`:
+        deferred, not past their expiry, in a running or waiting session, and never
+        claimed or released by a lapsed claim. Oldest first; each gets a fresh token."""
+        names = sorted(set(tools))
+        if not names or limit <= 0:
+            return []
+        return self._pick_and_claim(names, worker, int(lease_s * 1000), limit)
+
+    @abstractmethod
+    def _pick_and_claim(
+        self, names: list[str], worker: str, lease_ms: int, limit: int
+    ) -> list[Claim]:
+        """The engine's one transaction that picks claimable calls of `names` and writes
+        their claims (`REPLACE_CLAIM` over a released row)."""
 
     def claim(self, token: str) -> Claim | None:
         row = self._engine.read("reading a claim", lambda tx: one(tx, self._claim, (token,)))

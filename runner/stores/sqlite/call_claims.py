@@ -10,25 +10,17 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Collection
 
 from runner.stores.base import Claim
-from runner.stores.sql.call_claims import SqlCallClaims
+from runner.stores.sql.call_claims import REPLACE_CLAIM, SqlCallClaims
 from runner.stores.sql.dialect import ACTIVE_STATUSES
 from runner.stores.sql.rows import claimed_call
 
 
 class SQLiteCallClaims(SqlCallClaims[sqlite3.Connection]):
-    def claim_calls(
-        self, tools: Collection[str], worker: str, lease_s: float, limit: int
+    def _pick_and_claim(
+        self, names: list[str], worker: str, lease_ms: int, limit: int
     ) -> list[Claim]:
-        """Hand up to `limit` claimable calls of `tools` to `worker` for `lease_s`:
-        deferred, not past their expiry, in a running or waiting session, and never
-        claimed or released by a lapsed claim. Oldest first; each gets a fresh token."""
-        names = sorted(set(tools))
-        if not names or limit <= 0:
-            return []
-        lease_ms = int(lease_s * 1000)
         marks = ", ".join("?" * len(names))
         now_ms = self._engine.dialect.now_ms
 
@@ -53,11 +45,7 @@ class SQLiteCallClaims(SqlCallClaims[sqlite3.Connection]):
                 db.execute(
                     "INSERT INTO claims (session_id, call_id, token, tool, worker, state,"
                     " claimed_ms, expires_ms, lease_ms, continuation)"
-                    " VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?, ?)"
-                    " ON CONFLICT (session_id, call_id) DO UPDATE SET token = excluded.token,"
-                    " tool = excluded.tool, worker = excluded.worker, state = 'held',"
-                    " claimed_ms = excluded.claimed_ms, expires_ms = excluded.expires_ms,"
-                    " lease_ms = excluded.lease_ms, continuation = excluded.continuation",
+                    f" VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?, ?) {REPLACE_CLAIM}",
                     (session_id, call_id, claim.token, tool, worker, now, claim.expires_ms,
                      lease_ms, call.token),
                 )  # fmt: skip
