@@ -50,8 +50,12 @@ from runner.isolation import (
     PoolSettings,
     WarmPool,
 )
-from runner.isolation.containers import LABEL_MANAGED, LABEL_OWNER, my_owner_token
-from runner.isolation.docker import DEFAULT_SECCOMP_PROFILE
+from runner.isolation.containers import (
+    DEFAULT_SECCOMP_PROFILE,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    my_owner_token,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 BASH_IMAGE = "agents-runner/bash-runner:latest"

@@ -8,11 +8,13 @@ machine. Containers owned by a live process, or by another machine, are left alo
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -24,6 +26,20 @@ LABEL_OWNER = "io.agents-runner.owner"
 LABEL_OWNER_HOST = "io.agents-runner.owner-host"
 LABEL_CALL = "io.agents-runner.call"
 LABEL_ROLE = "io.agents-runner.role"
+
+#: Our seccomp profile (images/seccomp/generate.py): Docker's default leaves ptrace,
+#: process_vm_* and io_uring open to a non-root process; this one refuses them.
+#: Shipped inside the package, so wheel installs have it too. Call containers and the
+#: egress proxy both run under it.
+DEFAULT_SECCOMP_PROFILE = str(Path(__file__).with_name("seccomp-profile.json"))
+
+
+def seccomp_option(path: str) -> str:
+    """`--security-opt` for the profile at `path`, its JSON sent inline (the engine takes
+    the content, not a path). Read at each create (half a millisecond; a create takes
+    hundreds), so an edited or removed profile is never hidden by a memo. OSError or
+    ValueError (naming the file) when it cannot be read; callers say what to do."""
+    return "seccomp=" + json.dumps(json.loads(Path(path).read_text()), separators=(",", ":"))
 
 
 @cache

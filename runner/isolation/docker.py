@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import re
 import selectors
@@ -29,7 +28,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -41,7 +39,7 @@ from docker.types import LogConfig, Ulimit
 
 from envelopes.agents_exe import docker_policy
 from runner.isolation.base import ExchangeRunner, RunnerClosed, seconds_until
-from runner.isolation.containers import labels_for
+from runner.isolation.containers import DEFAULT_SECCOMP_PROFILE, labels_for, seccomp_option
 from runner.isolation.dialect import Dialect, EnvelopeName, dialect_for
 from runner.isolation.egress import (
     EgressError,
@@ -64,10 +62,6 @@ from runner.isolation.sharing import CapabilityCache, Sweeper, SweepFailed
 logger = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-#: Our seccomp profile (images/seccomp/generate.py): Docker's default leaves ptrace,
-#: process_vm_* and io_uring open to a non-root process; this one refuses them.
-#: Shipped inside the package, so wheel installs have it too.
-DEFAULT_SECCOMP_PROFILE = str(Path(__file__).with_name("seccomp-profile.json"))
 #: A runtime's name as the engine's daemon.json registers it.
 RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FRAME_HEADER = 8
@@ -168,20 +162,14 @@ class ContainerLimits:
     def _seccomp_option(self) -> list[str]:
         if self.seccomp_profile is None:
             return []
-        return [f"seccomp={_read_profile(self.seccomp_profile)}"]
-
-
-def _read_profile(path: str) -> str:
-    """The profile's JSON, sent inline: the engine takes the content, not a path. Read at
-    each create (half a millisecond; a create takes hundreds), so no memo outlives it."""
-    try:
-        return json.dumps(json.loads(Path(path).read_text()), separators=(",", ":"))
-    except (OSError, ValueError) as exc:
-        raise StartFailed(
-            f"cannot use the seccomp profile {path}: {exc} (regenerate it with"
-            " images/seccomp/generate.py, or set ContainerLimits(seccomp_profile=None) for"
-            " the engine's default profile)"
-        ) from None
+        try:
+            return [seccomp_option(self.seccomp_profile)]
+        except (OSError, ValueError) as exc:
+            raise StartFailed(
+                f"cannot use the seccomp profile {self.seccomp_profile}: {exc} (regenerate"
+                " it with images/seccomp/generate.py, or set"
+                " ContainerLimits(seccomp_profile=None) for the engine's default profile)"
+            ) from None
 
 
 class DockerRunner(ExchangeRunner):

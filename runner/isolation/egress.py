@@ -47,8 +47,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -59,11 +57,13 @@ from docker.types import LogConfig, Ulimit
 
 from envelopes.controls import escape_controls
 from runner.isolation.containers import (
+    DEFAULT_SECCOMP_PROFILE,
     LABEL_MANAGED,
     LABEL_OWNER,
     LABEL_OWNER_HOST,
     labels_for,
     owner_alive,
+    seccomp_option,
 )
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,6 @@ MiB = 1024 * 1024
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
 _EXAMPLES = "examples: packages.example.test:443, *.corp.example:443, 10.0.0.5:8080"
-_SECCOMP = Path(__file__).with_name("seccomp-profile.json")
 
 
 class EgressError(Exception):
@@ -491,7 +490,7 @@ def _proxy_host_config(
         read_only=True,
         tmpfs={"/tmp": "rw,nosuid,nodev,noexec,size=1048576,mode=1777"},
         cap_drop=["ALL"],
-        security_opt=["no-new-privileges", f"seccomp={_seccomp_profile()}"],
+        security_opt=["no-new-privileges", _proxy_seccomp()],
         mem_limit=64 * MiB,
         memswap_limit=64 * MiB,
         nano_cpus=int(0.5e9),
@@ -511,12 +510,14 @@ def _proxy_host_config(
     return config
 
 
-@cache
-def _seccomp_profile() -> str:
+def _proxy_seccomp() -> str:
+    """The proxy always runs under our profile (never the engine's default)."""
     try:
-        return json.dumps(json.loads(_SECCOMP.read_text()), separators=(",", ":"))
+        return seccomp_option(DEFAULT_SECCOMP_PROFILE)
     except (OSError, ValueError) as exc:
-        raise EgressError(f"cannot use the seccomp profile {_SECCOMP}: {exc}") from None
+        raise EgressError(
+            f"cannot use the seccomp profile {DEFAULT_SECCOMP_PROFILE}: {exc}"
+        ) from None
 
 
 # --- the sweep -----------------------------------------------------------------------------
