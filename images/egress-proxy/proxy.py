@@ -5,7 +5,8 @@ call's internal network (where the sandbox is, with no route out) and to the ups
 network the operator named. It listens on its internal address only:
 
 - port 3128, an HTTP proxy: `CONNECT host:port` to a TLS port (443 unless the config
-  lists others) whose tunnel must open with a TLS ClientHello, and plain
+  lists others) whose tunnel must open with a TLS ClientHello whose server name (SNI)
+  is the CONNECT's host (none only for an IP literal), and plain
   `GET http://host/...` by its Host. A target passes when its name (or IP literal)
   is on the allow-list with that port AND every address it is dialled at passes the
   address rule (`Rules.address_refusal`): never loopback, link-local (cloud metadata),
@@ -293,6 +294,95 @@ def tls_hello_refusal(first: bytes) -> str | None:
     return None
 
 
+def record_size(first: bytes) -> int:
+    """The bytes of the first TLS record (header included), once tls_hello_refusal passed."""
+    return 5 + int.from_bytes(first[3:5], "big")
+
+
+def client_hello_server_name(record: bytes) -> str | None:
+    """The host name a ClientHello's server_name extension (RFC 6066) asks for, normalised;
+    None when it sends none. ValueError saying what is wrong when the record is not one
+    whole, well-formed ClientHello (a hello split across records counts: clients send it
+    in one, and the name must be read before a byte reaches the upstream)."""
+    body = memoryview(record)[5:]
+    if len(body) < 4 or body[0] != 1:
+        raise ValueError("the first TLS record is not a ClientHello")
+    size = int.from_bytes(body[1:4], "big")
+    if size > len(body) - 4:
+        raise ValueError("the ClientHello does not fit in the tunnel's first TLS record")
+    hello, at = body[4 : 4 + size], 34  # client_version (2) and random (32)
+
+    def take(width: int) -> memoryview:
+        nonlocal at
+        if at + width > len(hello):
+            raise ValueError("the ClientHello is truncated")
+        piece, at = hello[at : at + width], at + width
+        return piece
+
+    def vector(length_bytes: int) -> memoryview:
+        return take(int.from_bytes(take(length_bytes), "big"))
+
+    vector(1), vector(2), vector(1)  # session id, cipher suites, compression methods
+    if at == len(hello):
+        return None  # no extensions at all
+    extensions, names = vector(2), []
+    while extensions:
+        if len(extensions) < 4:
+            raise ValueError("the ClientHello's extensions are truncated")
+        kind, length = int.from_bytes(extensions[:2], "big"), int.from_bytes(extensions[2:4], "big")
+        if 4 + length > len(extensions):
+            raise ValueError("the ClientHello's extensions are truncated")
+        if kind == 0:
+            names.append(bytes(extensions[4 : 4 + length]))
+        extensions = extensions[4 + length :]
+    if not names:
+        return None
+    if len(names) > 1:
+        raise ValueError("the ClientHello sends server_name twice")
+    return _host_name_of(names[0])
+
+
+def _host_name_of(extension: bytes) -> str:
+    """The one host_name entry of a server_name extension's list."""
+    if len(extension) < 2 or int.from_bytes(extension[:2], "big") != len(extension) - 2:
+        raise ValueError("the ClientHello's server_name is malformed")
+    entries, found = extension[2:], []
+    while entries:
+        if len(entries) < 3:
+            raise ValueError("the ClientHello's server_name is malformed")
+        kind, length = entries[0], int.from_bytes(entries[1:3], "big")
+        if 3 + length > len(entries):
+            raise ValueError("the ClientHello's server_name is malformed")
+        if kind == 0:
+            found.append(entries[3 : 3 + length])
+        entries = entries[3 + length :]
+    if len(found) != 1:
+        raise ValueError("the ClientHello's server_name must hold one host name")
+    try:
+        name = found[0].decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError("the ClientHello's server name is not ASCII") from None
+    return normal_host(name)
+
+
+def server_name_refusal(record: bytes, host: str) -> str | None:
+    """Why a tunnel to `host` must not carry this ClientHello, or None: its server name
+    (SNI) must be the CONNECT's host, so a TLS front (a CDN that routes by SNI) cannot
+    take the tunnel elsewhere. A hello to a name must send one; to an IP literal it may
+    send none (clients send no SNI for an address)."""
+    try:
+        name = client_hello_server_name(record)
+    except ValueError as exc:
+        return str(exc)
+    if name is None:
+        if ip_literal(host) is not None:
+            return None
+        return f"the ClientHello names no server (SNI); a tunnel to {host} must name it"
+    if name != normal_host(host):
+        return f"the ClientHello names the server {name!r}, not the tunnel's host {host!r}"
+    return None
+
+
 class HttpProxy:
     def __init__(self, rules: Rules, recorder: Recorder, tls_ports: Iterable[int]) -> None:
         self.rules = rules
@@ -364,12 +454,12 @@ class HttpProxy:
                                                   reason=b"Connection established")))  # fmt: skip
             await writer.drain()
             first = client.trailing_data[0]
-            while len(first) < 6:
-                chunk = await asyncio.wait_for(reader.read(64 * 1024), HEAD_TIMEOUT_S)
-                if not chunk:
-                    break
-                first += chunk
-            refusal = tls_hello_refusal(first)
+            async with asyncio.timeout(HEAD_TIMEOUT_S):  # the whole first record
+                first = await read_at_least(reader, first, 6)
+                refusal = tls_hello_refusal(first)
+                if refusal is None:
+                    first = await read_at_least(reader, first, record_size(first))
+                    refusal = server_name_refusal(first[: record_size(first)], host)
             if refusal is not None:  # the 200 is sent: the refusal is the closed tunnel
                 self.recorder.deny("tunnel", host, port, refusal)
                 return
@@ -538,6 +628,17 @@ async def next_event(
         if event is not h11.NEED_DATA:
             return event
         conn.receive_data(await asyncio.wait_for(reader.read(64 * 1024), timeout_s))
+
+
+async def read_at_least(reader: asyncio.StreamReader, data: bytes, size: int) -> bytes:
+    """`data` and what follows it until it holds `size` bytes (fewer if the client closes);
+    `size` is bounded by the caller (a TLS record is at most 18 KiB)."""
+    while len(data) < size:
+        chunk = await reader.read(64 * 1024)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 async def respond(writer: asyncio.StreamWriter, status: int, text: str, denied: str = "") -> None:

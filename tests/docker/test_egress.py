@@ -53,7 +53,8 @@ pytestmark = pytest.mark.anyio
 
 #: The upstream servers: HTTP on 80 (it answers with the path and Host it got, and logs
 #: each request) and a TCP echo on 443 and 7000 (CONNECT targets: the proxy checks only
-#: that a tunnel opens with a TLS ClientHello, so an echo of one serves as a TLS server).
+#: that a tunnel opens with a TLS ClientHello naming its host, so an echo of one serves
+#: as a TLS server).
 UPSTREAM_SERVER = r"""
 import http.server, socketserver, sys, threading
 NAME = sys.argv[1]
@@ -121,10 +122,28 @@ def get(host, path="/", host_header=None):
     return proxied(f"GET http://{host}{path} HTTP/1.1\r\nHost: {host_header or host}\r\n\r\n"
                    .encode())
 
-#: The first six bytes of a TLS ClientHello: what a tunnel must open with.
-HELLO = b"\x16\x03\x01\x02\x00\x01"
+def client_hello(target):
+    """A real TLS client's first flight (in memory), naming the tunnel's host as its
+    server (SNI; none for an IP literal): what a tunnel must open with."""
+    import ipaddress, ssl
+    host = target.rsplit(":", 1)[0].strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        name = None
+    except ValueError:
+        name = host
+    context = ssl.create_default_context()
+    context.check_hostname = name is not None
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname=name)
+    try:
+        client.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
 
-def tunnel(target, payload=b"ping through the tunnel", hello=HELLO):
+def tunnel(target, payload=b"ping through the tunnel", hello=None):
+    hello = client_hello(target) if hello is None else hello
     try:
         s = socket.create_connection(PROXY, timeout=10)
         s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
@@ -373,6 +392,17 @@ async def test_the_allowed_host_answers_through_connect(upstream):
     # `*.allowed.test` names the names under allowed.test, not allowed.test itself.
     assert seen["apex"] == {"status": 403, "denied": "connect"}
     assert denied(info) == [("connect", "allowed.test", 443)]
+
+
+async def test_a_tunnel_whose_hello_names_another_server_is_closed(upstream):
+    """SNI is the CONNECT's host: a TLS front cannot route an allowed tunnel to a name the
+    allow-list never listed. The 200 is sent; the refusal is the closed tunnel."""
+    seen, info = await probe(upstream, """
+        result["fronted"] = tunnel("echo.allowed.test:443", hello=client_hello("denied.test:443"))
+    """)  # fmt: skip
+    assert seen["fronted"] == {"status": 200, "echo": ""}
+    assert denied(info) == [("tunnel", "echo.allowed.test", 443)]
+    assert "names the server 'denied.test'" in info["egress_denied"][0]["detail"]
 
 
 # --- what is not allowed is refused, and recorded ---------------------------------------------

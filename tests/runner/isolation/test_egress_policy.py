@@ -215,13 +215,15 @@ def test_heads_that_pass_and_heads_still_arriving():
         proxy.check_head(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
 
 
-def client_hello(**options: object) -> bytes:
+def client_hello(server_hostname: str | None = "allowed.test", **options: object) -> bytes:
     """The first flight of a real TLS client (Python's ssl, in memory: no network)."""
     context = ssl.create_default_context()
+    if server_hostname is None:
+        context.check_hostname = False
     for name, value in options.items():
         setattr(context, name, value)
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    client = context.wrap_bio(incoming, outgoing, server_hostname="allowed.test")
+    client = context.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
     with pytest.raises(ssl.SSLWantReadError):
         client.do_handshake()
     return outgoing.read()
@@ -235,6 +237,69 @@ def test_a_tunnel_must_open_with_a_client_hello():
     assert "not a ClientHello" in proxy.tls_hello_refusal(b"\x16\x03\x03\x00\x10\x02")
     assert "closed before" in proxy.tls_hello_refusal(b"\x16\x03")
     assert "TLS record" in proxy.tls_hello_refusal(b"\x16\x03\x01\xff\xff\x01")  # too long
+
+
+def test_a_tunnel_s_hello_must_name_the_connect_host():
+    """SNI is the CONNECT's host: a TLS front routing by SNI cannot take the tunnel to
+    another name the allow-list never listed."""
+    hello = client_hello()
+    assert proxy.client_hello_server_name(hello) == "allowed.test"
+    assert proxy.server_name_refusal(hello, "allowed.test") is None
+    assert proxy.server_name_refusal(hello, "Allowed.Test.") is None  # normalised alike
+    tls12 = client_hello(maximum_version=ssl.TLSVersion.TLSv1_2)
+    assert proxy.server_name_refusal(tls12, "allowed.test") is None
+    fronted = client_hello("denied.test")
+    assert "names the server 'denied.test', not the tunnel's host 'allowed.test'" in (
+        proxy.server_name_refusal(fronted, "allowed.test")
+    )
+    nameless = client_hello(None)
+    assert proxy.client_hello_server_name(nameless) is None
+    assert "names no server (SNI)" in proxy.server_name_refusal(nameless, "allowed.test")
+    assert proxy.server_name_refusal(nameless, "192.0.2.7") is None  # an IP literal: no SNI
+    assert "not the tunnel's host" in proxy.server_name_refusal(hello, "192.0.2.7")
+
+
+def test_a_hello_the_proxy_cannot_read_whole_is_refused():
+    hello = client_hello()
+    assert proxy.record_size(hello) == len(hello)  # Python sends it in one record
+    size = int.from_bytes(hello[6:9], "big")
+    split = hello[:3] + (size).to_bytes(2, "big") + hello[5:5 + size]  # fmt: skip
+    assert "does not fit" in proxy.server_name_refusal(split, "allowed.test")
+    # a record and a message that agree, cut inside the session id: vectors overrun it
+    truncated = (
+        hello[:3] + (54).to_bytes(2, "big") + b"\x01" + (50).to_bytes(3, "big") + hello[9:59]
+    )
+    assert "truncated" in proxy.server_name_refusal(truncated, "allowed.test")
+    assert "not a ClientHello" in proxy.server_name_refusal(b"\x16\x03\x01\x00\x04\x02\x00\x00\x00",
+                                                            "allowed.test")  # fmt: skip
+
+
+def test_a_malformed_or_doubled_server_name_is_refused():
+    def hello_with(extensions: bytes) -> bytes:
+        body = b"\x03\x03" + bytes(32) + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00"
+        body += len(extensions).to_bytes(2, "big") + extensions
+        message = b"\x01" + len(body).to_bytes(3, "big") + body
+        return b"\x16\x03\x01" + len(message).to_bytes(2, "big") + message
+
+    def sni(*names: bytes) -> bytes:
+        entries = b"".join(b"\x00" + len(n).to_bytes(2, "big") + n for n in names)
+        data = len(entries).to_bytes(2, "big") + entries
+        return b"\x00\x00" + len(data).to_bytes(2, "big") + data
+
+    assert proxy.server_name_refusal(hello_with(sni(b"allowed.test")), "allowed.test") is None
+    assert "twice" in proxy.server_name_refusal(
+        hello_with(sni(b"allowed.test") + sni(b"denied.test")), "allowed.test"
+    )
+    assert "one host name" in proxy.server_name_refusal(
+        hello_with(sni(b"allowed.test", b"denied.test")), "allowed.test"
+    )
+    assert "not ASCII" in proxy.server_name_refusal(hello_with(sni("é.test".encode())), "x.test")
+    assert "malformed" in proxy.server_name_refusal(hello_with(b"\x00\x00\x00\x01\x00"), "a.test")
+    assert "truncated" in proxy.server_name_refusal(hello_with(b"\x00\x00\x00\x09"), "a.test")
+    no_extensions = hello_with(b"")[:-2]  # no extensions block at all
+    fixed = no_extensions[:3] + (len(no_extensions) - 5).to_bytes(2, "big") + b"\x01" + (
+        len(no_extensions) - 9).to_bytes(3, "big") + no_extensions[9:]  # fmt: skip
+    assert "names no server" in proxy.server_name_refusal(fixed, "allowed.test")
 
 
 def test_tls_ports_are_checked_and_normalised():
