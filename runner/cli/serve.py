@@ -88,6 +88,13 @@ HeaderTimeoutOption = Annotated[
                  " and headers are not all in after this long"),
 ]  # fmt: skip
 
+BodyTimeoutOption = Annotated[
+    float,
+    typer.Option("--body-timeout", min=0.1, max=3600, metavar="SECONDS",
+                 rich_help_panel=_LIMITS, help="answer 408 and close the connection when a"
+                 " request's body has not all arrived this long after its head"),
+]  # fmt: skip
+
 MaxHeaderBytesOption = Annotated[
     int,
     typer.Option("--max-header-bytes", min=1024, max=1024 * 1024, rich_help_panel=_LIMITS,
@@ -139,6 +146,7 @@ def serve(
     allow_base_url: AllowBaseUrlOption = None,
     access_log: AccessLogOption = False,
     header_timeout: HeaderTimeoutOption = 10.0,
+    body_timeout: BodyTimeoutOption = 30.0,
     max_header_bytes: MaxHeaderBytesOption = 16 * 1024,
     max_connections: MaxConnectionsOption = 512,
     max_event_streams: MaxEventStreamsOption = 256,
@@ -185,7 +193,7 @@ def serve(
     except ValueError as exc:
         fail(f"--allow-base-url: {exc}")
     limits = Limits(max_event_streams, max_event_streams_per_token, max_long_polls,
-                    max_long_polls_per_token)  # fmt: skip
+                    max_long_polls_per_token, body_timeout_s=body_timeout)  # fmt: skip
     listening = Listening(_listen(host, port), hosts, header_timeout, max_header_bytes,
                           max_connections, access_log)  # fmt: skip
     with contextlib.ExitStack() as stack:

@@ -58,7 +58,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(claims.router)
     app.add_middleware(bodies.StrictJson)  # inside BodyCap: added before it
-    app.add_middleware(problems.BodyCap)
+    app.add_middleware(problems.BodyCap, timeout_s=(limits or Limits()).body_timeout_s)
     app.add_middleware(StreamLimits, limits=limits)
     app.add_middleware(Authenticate, grants=tokens)  # before any body is read
     if tokens is None:  # no token stands between a web page and the API

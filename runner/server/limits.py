@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runner.server.problems import problem_response
+from runner.server.problems import BODY_TIMEOUT_S, problem_response
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,16 @@ class Limits:
     long_polls_per_token: int = 16
     #: What a 429 says in Retry-After (seconds).
     retry_after_s: int = 5
+    #: How long a request's body may take to arrive (408 after; runner.server.problems).
+    body_timeout_s: float = BODY_TIMEOUT_S
 
     def __post_init__(self) -> None:
         for name in ("event_streams", "event_streams_per_token", "long_polls",
                      "long_polls_per_token", "retry_after_s"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be at least 1")
+        if not self.body_timeout_s > 0:
+            raise ValueError("Limits.body_timeout_s must be more than 0")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,10 +19,13 @@ log = logging.getLogger(__name__)
 
 #: Largest request body the server reads.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: How long a request's body may take to arrive in full, from the end of its head.
+BODY_TIMEOUT_S = 30.0
 PROBLEM_JSON = "application/problem+json"
 
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-          405: "Method Not Allowed", 409: "Conflict", 410: "Gone", 413: "Content Too Large",
+          405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
+          413: "Content Too Large",
           415: "Unsupported Media Type", 421: "Misdirected Request",
           422: "Unprocessable Content", 429: "Too Many Requests",
           503: "Service Unavailable"}  # fmt: skip
@@ -79,10 +83,15 @@ def install(app: FastAPI) -> None:
 
 class BodyCap:
     """ASGI middleware: a body larger than `limit` bytes is answered 413 before the app
-    sees it (by its Content-Length, or by counting a chunked one)."""
+    sees it (by its Content-Length, or by counting a chunked one), and one that has not
+    arrived in full within `timeout_s` is answered 408 and its connection closed (a
+    client trickling a body would otherwise hold a connection for as long as it likes;
+    runner.server.protocol bounds the head the same way)."""
 
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
-        self.app, self.limit = app, limit
+    def __init__(
+        self, app: ASGIApp, limit: int = MAX_BODY_BYTES, timeout_s: float = BODY_TIMEOUT_S
+    ) -> None:
+        self.app, self.limit, self.timeout_s = app, limit, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,17 +103,26 @@ class BodyCap:
             return
         chunks: list[bytes] = []
         size, more = 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away; the app sees the disconnect
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
+        with anyio.move_on_after(self.timeout_s):
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break  # the client went away; the app sees the disconnect
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.limit:
+                    await self._refuse(scope, receive, send)
+                    return
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+        if more:
+            detail = (f"the request body did not arrive in full within {self.timeout_s:g} s"
+                      f" ({size} bytes came; --body-timeout)")  # fmt: skip
+            log.info("%s %s: %s", scope.get("method"), scope.get("path"), detail)
+            await problem_response(408, "body_timeout", detail, Connection="close")(
+                scope, receive, send
+            )
+            return
         body, replayed = b"".join(chunks), False
 
         async def replay() -> Message:
@@ -147,9 +165,10 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 #: Answered before a route's own code runs: auth and the store for the API under /v1,
-#: the body's cap and strict JSON for a route that takes one, validation for parameters.
+#: the body's cap, deadline and strict JSON for a route that takes one, validation for
+#: parameters.
 _API_WIDE = (401, 403, 503)
-_WITH_BODY = (400, 413, 415, 422)
+_WITH_BODY = (400, 408, 413, 415, 422)
 
 
 def document(app: FastAPI) -> None:

@@ -62,7 +62,7 @@ def closed_by_server(sock: socket.socket, within_s: float, trickle: bytes = b"")
 def slow_heads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     directory = tmp_path_factory.mktemp("heads")
     served = start_serve(str(directory / "s.db"), directory, "--no-auth",
-                         "--header-timeout", "1")  # fmt: skip
+                         "--header-timeout", "1", "--body-timeout", "1")  # fmt: skip
     yield served
     assert served.stop() == 0, served.stderr()
 
@@ -96,6 +96,59 @@ def test_a_head_sent_in_time_is_served(slow_heads: Serve) -> None:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         sock.settimeout(10)
         assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+
+
+def answer_of(sock: socket.socket, within_s: float) -> bytes:
+    """What the server sends until it closes `sock`."""
+    sock.settimeout(within_s)
+    answer = b""
+    while chunk := sock.recv(4096):
+        answer += chunk
+    return answer
+
+
+BODY_HEAD = (b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             b"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n")  # fmt: skip
+
+
+def test_a_trickled_body_gets_408_and_its_connection_closed(slow_heads: Serve) -> None:
+    """The head came in time; the body a byte every 0.2 s would take 40 s: after
+    --body-timeout (1 s here) the server answers 408 and closes, serving others meanwhile."""
+    with socket.create_connection(address(slow_heads)) as sock:
+        sock.sendall(BODY_HEAD + b'{"agent"')
+        start = time.monotonic()
+        sender = threading.Thread(target=trickle, args=(sock, b": " + b" " * 100), daemon=True)
+        sender.start()
+        assert httpx.get(f"{slow_heads.url}/healthz", timeout=10).status_code == 200
+        answer = answer_of(sock, 10)
+        assert time.monotonic() - start < 6
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"urn:agents-runner:problem:body_timeout" in answer
+    assert b"did not arrive in full within 1 s" in answer
+    assert b"connection: close" in answer.lower()
+
+
+def trickle(sock: socket.socket, data: bytes) -> None:
+    for byte in data:
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:
+            return  # the server closed it: what the test waits for
+        time.sleep(0.2)
+
+
+def test_a_body_that_arrives_in_time_is_read(slow_heads: Serve) -> None:
+    with socket.create_connection(address(slow_heads)) as sock:
+        body = b'{"agent": "no-such.json", "prompt": "hi"}'
+        head = BODY_HEAD.replace(b"200", str(len(body)).encode()).replace(
+            b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"
+        )
+        sock.sendall(head + body[:10])
+        time.sleep(0.4)
+        sock.sendall(body[10:])
+        answer = answer_of(sock, 10)
+    assert not answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert answer.startswith(b"HTTP/1.1 4"), answer[:200]  # the route's own answer
 
 
 def test_beyond_the_connection_cap_requests_get_503(tmp_path: Path) -> None:
