@@ -89,23 +89,6 @@ PENDING = {
     # runner/stores (stores)
     ("runner.stores.postgres.schema", "MIGRATIONS"),
     ("runner.stores.sqlite.schema", "MIGRATIONS"),
-    # envelopes (envelopes)
-    ("envelopes", "_HOMES"),
-    ("envelopes.agents_exe", "_MEDIA_NAMES"),
-    ("envelopes.codec", "_REQUEST_KINDS"),
-    ("envelopes.events", "NULL"),
-    ("envelopes.events", "_MEMBERS"),
-    ("envelopes.files", "_MIME"),
-    ("envelopes.schema", "_JSON_VALUE_REF"),
-    ("envelopes.v1", "CODE_RETRYABLE"),
-    ("envelopes.v1", "JSON_VALUE_DEF"),
-    ("envelopes.v1", "RUNNER_CODE_RETRYABLE"),
-    ("envelopes.v1", "SCHEMA_MODELS"),
-    ("envelopes.v1", "SCHEMA_MODELS_BY_VERSION"),
-    ("envelopes.v1", "_JSON_VALUE_SCHEMA"),
-    ("envelopes.worker_request", "_COLLECT_DEFAULTS"),
-    ("envelopes.worker_request", "_EVENTS_DEFAULTS"),
-    ("envelopes.worker_request", "_FILE_DEFAULTS"),
 }
 
 _IMMUTABLE_KINDS = (
