@@ -80,12 +80,6 @@ PENDING = {
     ("runner.session.prompt", "UNDECLARED_PARAMETERS"),
     ("runner.session.schemas", "_VALIDATORS"),
     ("runner.session.secrets", "KEYRING"),
-    # runner/state (state)
-    ("runner.state.events", "CALL_KINDS"),
-    ("runner.state.models", "RENAMED_STATUSES"),
-    ("runner.state.models", "SCHEMA_CHANGES"),
-    ("runner.state.transitions", "_CALL"),
-    ("runner.state.transitions", "_SESSION"),
     # runner/stores (stores)
     ("runner.stores.postgres.schema", "MIGRATIONS"),
     ("runner.stores.sqlite.schema", "MIGRATIONS"),
