@@ -80,9 +80,6 @@ PENDING = {
     ("runner.session.prompt", "UNDECLARED_PARAMETERS"),
     ("runner.session.schemas", "_VALIDATORS"),
     ("runner.session.secrets", "KEYRING"),
-    # runner/stores (stores)
-    ("runner.stores.postgres.schema", "MIGRATIONS"),
-    ("runner.stores.sqlite.schema", "MIGRATIONS"),
 }
 
 _IMMUTABLE_KINDS = (
