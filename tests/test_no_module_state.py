@@ -75,9 +75,6 @@ PENDING = {
     ("runner.server.problems", "PROBLEM_SCHEMA"),
     ("runner.server.problems", "TITLES"),
     # runner/session (engine)
-    ("runner.session.agent", "_UNION_BRANCHES"),
-    ("runner.session.attachments", "IMAGE_EXTENSIONS"),
-    ("runner.session.prompt", "UNDECLARED_PARAMETERS"),
     ("runner.session.schemas", "_VALIDATORS"),
     ("runner.session.secrets", "KEYRING"),
 }

@@ -180,9 +180,10 @@ def error_path(loc: tuple[Any, ...]) -> str:
 
 
 #: Names pydantic puts in a location for the branch of a union it tried; not in the file.
-_UNION_BRANCHES = {"runSync", "runAsync", "runIsolated", "defer", "decorate", "docker",
-                   "localProcess", "timeout", "retries", "cache", "label", "truncate",
-                   "scripted", "openaiCompatible", "environment", "yieldOnTimeout"}  # fmt: skip
+_UNION_BRANCHES = frozenset({"runSync", "runAsync", "runIsolated", "defer", "decorate",
+                             "docker", "localProcess", "timeout", "retries", "cache", "label",
+                             "truncate", "scripted", "openaiCompatible", "environment",
+                             "yieldOnTimeout"})  # fmt: skip
 _GENERATED = re.compile(r"^(literal\[|function-|constrained-|str$|[A-Z][A-Za-z]+$)")
 
 
