@@ -70,10 +70,6 @@ PENDING = {
     ("runner.cli.isolation", "_SOURCE_ARGUMENT"),
     ("runner.cli.isolation", "_UNITS"),
     # runner/server (engine)
-    ("runner.server.actions", "_SESSION_ANSWERS"),
-    ("runner.server.events", "STREAM"),
-    ("runner.server.problems", "PROBLEM_SCHEMA"),
-    ("runner.server.problems", "TITLES"),
     # runner/session (engine)
     ("runner.session.schemas", "_VALIDATORS"),
     ("runner.session.secrets", "KEYRING"),
