@@ -62,13 +62,7 @@ INTENDED = {
 #: goes (the test fails on an entry that no longer breaks the rule).
 PENDING = {
     # runner/cli (engine)
-    ("runner.cli.audit", "_UNIT_S"),
-    ("runner.cli.check", "_STYLE"),
     ("runner.cli.common", "console"),
-    ("runner.cli.demo", "REMOTE_ANSWERS"),
-    ("runner.cli.isolation", "SHORTCUT_IMAGES"),
-    ("runner.cli.isolation", "_SOURCE_ARGUMENT"),
-    ("runner.cli.isolation", "_UNITS"),
     # runner/server (engine)
     # runner/session (engine)
     ("runner.session.schemas", "_VALIDATORS"),

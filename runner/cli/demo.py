@@ -18,7 +18,9 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,10 +38,12 @@ DEMO_AGENT = REPO / "examples" / "agents" / "demo.json"
 BASH_IMAGE = "agents-runner/bash-runner:latest"
 PROMPT = "Gather the local inventory, both remote reports and a look at the sandbox."
 #: What the outside world answers for the deferred calls in step 2.
-REMOTE_ANSWERS = {
-    "fetch_remote_a": {"source": "system A", "orders_today": 17},
-    "fetch_remote_b": {"source": "system B", "open_tickets": 3},
-}
+REMOTE_ANSWERS: Mapping[str, Mapping[str, str | int]] = MappingProxyType(
+    {
+        "fetch_remote_a": MappingProxyType({"source": "system A", "orders_today": 17}),
+        "fetch_remote_b": MappingProxyType({"source": "system B", "open_tickets": 3}),
+    }
+)
 
 
 def docker_problem() -> str | None:
@@ -149,7 +153,7 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
     panel(Panel("[bold]Step 2[/]: complete the deferred calls from outside (one process each)"))
     for call in first["deferred_calls"]:
         answer = scratch / f"{call['tool_call_id']}.json"
-        answer.write_text(json.dumps(REMOTE_ANSWERS.get(call["tool"], {"answer": "done"})))
+        answer.write_text(json.dumps(dict(REMOTE_ANSWERS.get(call["tool"], {"answer": "done"}))))
         woken = agents_runner("session", "complete", call["continuation_token"], str(answer),
                               *common)  # fmt: skip
         trace["steps"].append({"step": 2, "command": "session complete", "output": woken})
