@@ -61,9 +61,6 @@ INTENDED = {
 #: the helpers owning envelopes, runner/stores and runner/state: delete each entry as it
 #: goes (the test fails on an entry that no longer breaks the rule).
 PENDING = {
-    # runner/cli (engine)
-    ("runner.cli.common", "console"),
-    # runner/server (engine)
     # runner/session (engine)
     ("runner.session.schemas", "_VALIDATORS"),
     ("runner.session.secrets", "KEYRING"),

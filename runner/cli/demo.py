@@ -29,7 +29,7 @@ from rich.panel import Panel
 
 from envelopes import controls
 from runner.cli.app import app, fail
-from runner.cli.common import JsonOption, PoolSizeOption, console
+from runner.cli.common import JsonOption, PoolSizeOption, stdout_console
 from runner.cli.display import plain, print_block, print_table
 from runner.state.dispositions import unwrap_stored
 
@@ -117,6 +117,7 @@ def demo(
 
 def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
                 pool_size: int | None = None) -> dict[str, Any]:  # fmt: skip
+    console = stdout_console()
     say = (lambda *a, **k: None) if as_json else console.print
 
     def panel(heading: Panel) -> None:
