@@ -57,15 +57,6 @@ INTENDED = {
     ("runner.faults", "_passes"),
 }
 
-#: Removed by issue 25's engine work (runner/session, runner/server, runner/cli) and by
-#: the helpers owning envelopes, runner/stores and runner/state: delete each entry as it
-#: goes (the test fails on an entry that no longer breaks the rule).
-PENDING = {
-    # runner/session (engine)
-    ("runner.session.schemas", "_VALIDATORS"),
-    ("runner.session.secrets", "KEYRING"),
-}
-
 _IMMUTABLE_KINDS = (
     type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis),  # scalars
     type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,  # definitions
@@ -161,17 +152,16 @@ def breaches() -> dict[tuple[str, str], str]:
 
 def test_no_module_holds_mutable_state() -> None:
     found = breaches()
-    unexpected = {key: why for key, why in found.items() if key not in PENDING | INTENDED}
+    unexpected = {key: why for key, why in found.items() if key not in INTENDED}
     assert not unexpected, "module-level state (issue 25: pass an owned object instead):\n" + (
         "\n".join(f"  {module}.{name}: {why}" for (module, name), why in sorted(unexpected.items()))
     )
 
 
-def test_the_pending_list_holds_only_what_still_breaks_the_rule() -> None:
+def test_the_intended_list_holds_only_what_still_breaks_the_rule() -> None:
     found = breaches()
-    gone = sorted(f"{module}.{name}" for module, name in PENDING | INTENDED
-                  if (module, name) not in found)  # fmt: skip
-    assert not gone, f"no longer module state: delete them from PENDING/INTENDED: {gone}"
+    gone = sorted(f"{module}.{name}" for module, name in INTENDED if (module, name) not in found)
+    assert not gone, f"no longer module state: delete them from INTENDED: {gone}"
 
 
 def test_the_rule_catches_what_it_says() -> None:
