@@ -11,6 +11,8 @@ docs/envelope-v1.md, section 10).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 #: typing itself costs a fresh process milliseconds; mypy reads this name as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,9 +60,15 @@ if TYPE_CHECKING:
 
 #: Where each exported name lives. Loaded on first use, so that `import envelopes.worker`
 #: (a worker's start) does not pay for pydantic and the models unless it needs them.
-_HOMES = {"MalformedOutput": "codec", "RequestError": "codec", "WireError": "wire"}
-_HOMES.update(dict.fromkeys(("decode_describe_result", "decode_request"), "codec"))
-_HOMES.update(dict.fromkeys(("decode_result", "encode"), "codec"))
+_HOMES = MappingProxyType(
+    {
+        "MalformedOutput": "codec",
+        "RequestError": "codec",
+        "WireError": "wire",
+        **dict.fromkeys(("decode_describe_result", "decode_request"), "codec"),
+        **dict.fromkeys(("decode_result", "encode"), "codec"),
+    }
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ extensions (POLICY_EXTENSION, REASON_EXTENSION, TURN_EXTENSION); see docs/envelo
 from __future__ import annotations
 
 import uuid
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -41,7 +42,7 @@ from envelopes.v1 import (
 #: The `type` values of a UserToolResponse.
 RESPONSE_TYPES = ("text", "json", "media", "mixed")
 _OUTPUT: TypeAdapter[TextOutput | JsonOutput | MediaOutput | MixedOutput] = TypeAdapter(Output)
-_MEDIA_NAMES = {"mimeType": "mime_type", "base64Data": "base64_data"}
+_MEDIA_NAMES = MappingProxyType({"mimeType": "mime_type", "base64Data": "base64_data"})
 
 
 class UserToolResponseError(ValueError):

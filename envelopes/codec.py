@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -29,10 +30,9 @@ from envelopes.v1 import (
     version_tuple,
 )
 
-_REQUEST_KINDS: dict[str, type[ToolCallRequest] | type[DescribeRequest]] = {
-    "ToolCallRequest": ToolCallRequest,
-    "DescribeRequest": DescribeRequest,
-}
+_REQUEST_KINDS: Mapping[str, type[ToolCallRequest] | type[DescribeRequest]] = MappingProxyType(
+    {"ToolCallRequest": ToolCallRequest, "DescribeRequest": DescribeRequest}
+)
 
 
 _ID_RE = re.compile(ID_PATTERN)
@@ -199,7 +199,8 @@ def decode_request(
         ) from None
     request_id = _echo_id(doc)
     kind = doc.get("kind")
-    if kind not in _REQUEST_KINDS:
+    model = _REQUEST_KINDS.get(kind) if isinstance(kind, str) else None
+    if model is None:
         raise RequestError(
             "INVALID_REQUEST",
             f"kind: expected one of {sorted(_REQUEST_KINDS)}, got {kind!r}",
@@ -224,11 +225,11 @@ def decode_request(
             highest,
         )
     try:
-        request = _REQUEST_KINDS[kind].model_validate(doc)
+        request = model.model_validate(doc)
     except ValidationError as exc:
         raise RequestError(
             "INVALID_REQUEST",
-            f"invalid {kind}: {describe_validation_error(exc, model=_REQUEST_KINDS[kind])}",
+            f"invalid {kind}: {describe_validation_error(exc, model=model)}",
             request_id,
             version,
         ) from None

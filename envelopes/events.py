@@ -21,6 +21,7 @@ import _thread  # noqa: PLC2701, RUF100 - threading's C half, loaded at start (t
 import codecs
 import os
 import time
+from types import MappingProxyType
 
 from envelopes import rules, wire
 from envelopes.wire import MAX_SAFE_INTEGER
@@ -41,12 +42,14 @@ WRITE_LINE_BYTES = 4096
 PENDING_MAX_CHARS = 8 * TEXT_MAX
 #: Room kept in the byte budget for the final `dropped` event.
 _DROPPED_RESERVE = len(b'\x1e{"type":"dropped","count":9007199254740991}\n')
-_MEMBERS = {
-    "log": frozenset({"type", "stream", "text"}),
-    "progress": frozenset({"type", "fraction", "message"}),
-    "partial": frozenset({"type", "text"}),
-    "dropped": frozenset({"type", "count"}),
-}
+_MEMBERS = MappingProxyType(
+    {
+        "log": frozenset({"type", "stream", "text"}),
+        "progress": frozenset({"type", "fraction", "message"}),
+        "partial": frozenset({"type", "text"}),
+        "dropped": frozenset({"type", "count"}),
+    }
+)
 _STREAMS = ("stdout", "stderr")
 
 
@@ -116,8 +119,10 @@ def _utf8(text: str) -> str:
 
 
 class NullEmitter:
-    """The emitter of a request without `events`: every call does nothing."""
+    """The emitter of a request without `events`: every call does nothing (and holds
+    nothing: one NULL serves every request)."""
 
+    __slots__ = ()
     enabled = False
     dropped = 0
 

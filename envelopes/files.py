@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import stat
+from types import MappingProxyType
 
 from envelopes import rules
 from envelopes.rules import glob_problem as glob_problem
@@ -46,47 +47,49 @@ COLLECT_MAX_ENTRIES = 100_000
 #: Bidirectional-text controls: they make a name display differently from what it is.
 _BIDI = frozenset(rules.BIDI_CONTROLS)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_MIME = {
-    "bin": "application/octet-stream",
-    "bmp": "image/bmp",
-    "c": "text/x-c",
-    "css": "text/css",
-    "csv": "text/csv",
-    "gif": "image/gif",
-    "gz": "application/gzip",
-    "h": "text/x-c",
-    "htm": "text/html",
-    "html": "text/html",
-    "ico": "image/vnd.microsoft.icon",
-    "ipynb": "application/x-ipynb+json",
-    "jpeg": "image/jpeg",
-    "jpg": "image/jpeg",
-    "js": "text/javascript",
-    "json": "application/json",
-    "jsonl": "application/jsonl",
-    "log": "text/plain",
-    "md": "text/markdown",
-    "mp3": "audio/mpeg",
-    "mp4": "video/mp4",
-    "ndjson": "application/x-ndjson",
-    "parquet": "application/vnd.apache.parquet",
-    "pdf": "application/pdf",
-    "png": "image/png",
-    "py": "text/x-python",
-    "sh": "application/x-sh",
-    "svg": "image/svg+xml",
-    "tar": "application/x-tar",
-    "tsv": "text/tab-separated-values",
-    "txt": "text/plain",
-    "wasm": "application/wasm",
-    "wav": "audio/wav",
-    "webm": "video/webm",
-    "webp": "image/webp",
-    "xml": "application/xml",
-    "yaml": "application/yaml",
-    "yml": "application/yaml",
-    "zip": "application/zip",
-}
+_MIME = MappingProxyType(
+    {
+        "bin": "application/octet-stream",
+        "bmp": "image/bmp",
+        "c": "text/x-c",
+        "css": "text/css",
+        "csv": "text/csv",
+        "gif": "image/gif",
+        "gz": "application/gzip",
+        "h": "text/x-c",
+        "htm": "text/html",
+        "html": "text/html",
+        "ico": "image/vnd.microsoft.icon",
+        "ipynb": "application/x-ipynb+json",
+        "jpeg": "image/jpeg",
+        "jpg": "image/jpeg",
+        "js": "text/javascript",
+        "json": "application/json",
+        "jsonl": "application/jsonl",
+        "log": "text/plain",
+        "md": "text/markdown",
+        "mp3": "audio/mpeg",
+        "mp4": "video/mp4",
+        "ndjson": "application/x-ndjson",
+        "parquet": "application/vnd.apache.parquet",
+        "pdf": "application/pdf",
+        "png": "image/png",
+        "py": "text/x-python",
+        "sh": "application/x-sh",
+        "svg": "image/svg+xml",
+        "tar": "application/x-tar",
+        "tsv": "text/tab-separated-values",
+        "txt": "text/plain",
+        "wasm": "application/wasm",
+        "wav": "audio/wav",
+        "webm": "video/webm",
+        "webp": "image/webp",
+        "xml": "application/xml",
+        "yaml": "application/yaml",
+        "yml": "application/yaml",
+        "zip": "application/zip",
+    }
+)
 
 
 class FilesError(Exception):

@@ -13,25 +13,26 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema
 
 from envelopes.rules import LINE_TERMINATOR_PATTERN
 from envelopes.v1 import (
-    JSON_VALUE_DEF,
     JSON_VALUE_MARKER,
     SCHEMA_BASE_ID,
     SCHEMA_MODELS_BY_VERSION,
     SINCE_MARKER,
     VERSION,
     WORKER_ERROR_CODES,
+    json_value_def,
     version_at_least,
     version_tuple,
 )
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-_JSON_VALUE_REF = {"$ref": "#/$defs/JsonValue"}
+_JSON_VALUE_REF = MappingProxyType({"$ref": "#/$defs/JsonValue"})
 
 
 #: Fields the Python models default for convenience but every document must carry.
@@ -138,7 +139,7 @@ def build(name: str, version: str = VERSION) -> dict[str, Any]:
     body = _no_line_terminator(_publishable(_of_version(generated, version)))
     defs = _referenced(body, body.pop("$defs", {}))
     if "#/$defs/JsonValue" in json.dumps(body) + json.dumps(defs):
-        defs["JsonValue"] = _publishable(JSON_VALUE_DEF)
+        defs["JsonValue"] = _publishable(json_value_def())
     schema = {"$schema": DIALECT, "$id": f"{SCHEMA_BASE_ID}/{version}/{name}.json", **body}
     if defs:
         schema["$defs"] = dict(sorted(defs.items()))

@@ -17,7 +17,8 @@ model ignores it (as a 1.0 worker would), a result or describe model refuses it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -181,29 +182,31 @@ ERROR_CODES: tuple[ErrorCode, ...] = WORKER_ERROR_CODES + RUNNER_ERROR_CODES
 #: neither make INVALID_ARGUMENTS retried nor a DEADLINE_EXCEEDED final. A timeout or a
 #: crash may be transient; a memory or output overflow, bad output or a cancellation will
 #: happen again.
-CODE_RETRYABLE: dict[ErrorCode, bool | None] = {
-    "UNSUPPORTED_VERSION": False,
-    "INVALID_REQUEST": False,
-    "UNKNOWN_TOOL": False,
-    "INVALID_ARGUMENTS": False,
-    "PERMISSION_DENIED": False,
-    "TOOL_FAILED": None,
-    "LIMIT_EXCEEDED": False,
-    "DEADLINE_EXCEEDED": True,
-    "UNAVAILABLE": True,
-    "INTERNAL": False,
-    "WORKER_START_FAILED": False,
-    "WORKER_TIMEOUT": True,
-    "WORKER_CRASHED": True,
-    "WORKER_OOM": False,
-    "MALFORMED_OUTPUT": False,
-    "OUTPUT_TOO_LARGE": False,
-    "CANCELLED": False,
-}
+CODE_RETRYABLE: Mapping[ErrorCode, bool | None] = MappingProxyType(
+    {
+        "UNSUPPORTED_VERSION": False,
+        "INVALID_REQUEST": False,
+        "UNKNOWN_TOOL": False,
+        "INVALID_ARGUMENTS": False,
+        "PERMISSION_DENIED": False,
+        "TOOL_FAILED": None,
+        "LIMIT_EXCEEDED": False,
+        "DEADLINE_EXCEEDED": True,
+        "UNAVAILABLE": True,
+        "INTERNAL": False,
+        "WORKER_START_FAILED": False,
+        "WORKER_TIMEOUT": True,
+        "WORKER_CRASHED": True,
+        "WORKER_OOM": False,
+        "MALFORMED_OUTPUT": False,
+        "OUTPUT_TOO_LARGE": False,
+        "CANCELLED": False,
+    }
+)
 #: The same column for the codes the runner synthesizes (none of them is None).
-RUNNER_CODE_RETRYABLE: dict[RunnerErrorCode, bool] = {
-    code: bool(CODE_RETRYABLE[code]) for code in get_args(RunnerErrorCode)
-}
+RUNNER_CODE_RETRYABLE: Mapping[RunnerErrorCode, bool] = MappingProxyType(
+    {code: bool(CODE_RETRYABLE[code]) for code in get_args(RunnerErrorCode)}
+)
 
 
 def binding_retryable(code: str, retryable: bool) -> bool:
@@ -221,35 +224,44 @@ Effects = Literal["none", "contained", "external"]
 #: Stands for `{"$ref": "#/$defs/JsonValue"}` until envelopes.schema adds the definition
 #: (pydantic refuses references to definitions it did not make itself).
 JSON_VALUE_MARKER = "x-agents-runner-json-value"
-_JSON_VALUE_SCHEMA: dict[str, Any] = {JSON_VALUE_MARKER: True}
-JSON_VALUE_DEF: dict[str, Any] = {
-    "description": "Any JSON value, with every string, array and object bounded.",
-    "anyOf": [
-        {"type": "null"},
-        {"type": "boolean"},
-        {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
-        {"type": "number"},
-        {"type": "string", "maxLength": MAX_STRING},
-        {"type": "array", "maxItems": MAX_ITEMS, "items": _JSON_VALUE_SCHEMA},
-        {
-            "type": "object",
-            "maxProperties": MAX_PROPERTIES,
-            "propertyNames": {"maxLength": MAX_KEY},
-            "additionalProperties": _JSON_VALUE_SCHEMA,
-        },
-    ],
-}
+
+
+def _json_value_schema() -> dict[str, Any]:
+    """The marker that stands for a JsonValue (a new dict each time: pydantic keeps and
+    may edit what it is given)."""
+    return {JSON_VALUE_MARKER: True}
+
+
+def json_value_def() -> dict[str, Any]:
+    """The schema definition of a JsonValue (a new dict each time, for the caller to own)."""
+    return {
+        "description": "Any JSON value, with every string, array and object bounded.",
+        "anyOf": [
+            {"type": "null"},
+            {"type": "boolean"},
+            {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+            {"type": "number"},
+            {"type": "string", "maxLength": MAX_STRING},
+            {"type": "array", "maxItems": MAX_ITEMS, "items": _json_value_schema()},
+            {
+                "type": "object",
+                "maxProperties": MAX_PROPERTIES,
+                "propertyNames": {"maxLength": MAX_KEY},
+                "additionalProperties": _json_value_schema(),
+            },
+        ],
+    }
 
 
 def _check_json_bounds(value: Any) -> Any:
-    """Enforce in Python exactly the bounds JSON_VALUE_DEF states in the schema."""
+    """Enforce in Python exactly the bounds json_value_def() states in the schema."""
     problem = rules.json_bounds_problem(value)
     if problem is not None:
         raise ValueError(problem)
     return value
 
 
-JsonValue = Annotated[Any, AfterValidator(_check_json_bounds), WithJsonSchema(_JSON_VALUE_SCHEMA)]
+JsonValue = Annotated[Any, AfterValidator(_check_json_bounds), WithJsonSchema(_json_value_schema())]
 JsonObject = Annotated[
     dict[str, Any],
     AfterValidator(_check_json_bounds),
@@ -258,7 +270,7 @@ JsonObject = Annotated[
             "type": "object",
             "maxProperties": MAX_PROPERTIES,
             "propertyNames": {"maxLength": MAX_KEY},
-            "additionalProperties": _JSON_VALUE_SCHEMA,
+            "additionalProperties": _json_value_schema(),
         }
     ),
 ]
@@ -553,7 +565,7 @@ class ToolCallRequest(Inbound):
                     "type": "object",
                     "maxProperties": MAX_EXTENSIONS,
                     "propertyNames": {"maxLength": MAX_KEY, "pattern": EXTENSION_KEY_PATTERN},
-                    "additionalProperties": _JSON_VALUE_SCHEMA,
+                    "additionalProperties": _json_value_schema(),
                 }
             ),
         ]
@@ -861,7 +873,7 @@ InputSchema = Annotated[
             "type": "object",
             "maxProperties": MAX_PROPERTIES,
             "propertyNames": {"maxLength": MAX_KEY},
-            "additionalProperties": _JSON_VALUE_SCHEMA,
+            "additionalProperties": _json_value_schema(),
             "required": ["type"],
             "allOf": [{"properties": {"type": {"const": "object"}}}],
         }
@@ -984,15 +996,19 @@ class StreamEvent(
 
 
 #: Every model with a published 1.0 schema, by file name stem.
-SCHEMA_MODELS: dict[str, type[_Envelope]] = {
-    "tool-call-request": ToolCallRequest,
-    "tool-call-result": ToolCallResult,
-    "describe-request": DescribeRequest,
-    "describe-result": DescribeResult,
-}
+SCHEMA_MODELS: Mapping[str, type[_Envelope]] = MappingProxyType(
+    {
+        "tool-call-request": ToolCallRequest,
+        "tool-call-result": ToolCallResult,
+        "describe-request": DescribeRequest,
+        "describe-result": DescribeResult,
+    }
+)
 #: The published schemas of each version: the same models (1.1 only adds members), plus
 #: the event objects of 1.1.
-SCHEMA_MODELS_BY_VERSION: dict[str, dict[str, type[BaseModel]]] = {
-    VERSION: dict(SCHEMA_MODELS),
-    V1_1: {**SCHEMA_MODELS, "event": StreamEvent},
-}
+SCHEMA_MODELS_BY_VERSION: Mapping[str, Mapping[str, type[BaseModel]]] = MappingProxyType(
+    {
+        VERSION: SCHEMA_MODELS,
+        V1_1: MappingProxyType({**SCHEMA_MODELS, "event": StreamEvent}),
+    }
+)

@@ -12,6 +12,8 @@ pydantic's regex engine has no `$`-before-newline quirk to mirror).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from envelopes import rules
 from envelopes.events import NULL, Emitter, NullEmitter
 from envelopes.rules import is_extension_key, json_bounded
@@ -87,15 +89,16 @@ class EventsView(_Fields):
         return _EVENTS_DEFAULTS.get(name) if value is None else value
 
 
-_FILE_DEFAULTS = {"encoding": "utf-8", "mode": rules.FILE_MODE_DEFAULT}
-_COLLECT_DEFAULTS = {
-    "max_files": rules.COLLECT_DEFAULT_MAX_FILES,
-    "max_bytes": rules.COLLECT_DEFAULT_MAX_BYTES,
-}
-_EVENTS_DEFAULTS = {
-    "max_per_second": rules.EVENTS_DEFAULT_MAX_PER_SECOND,
-    "max_bytes": rules.EVENTS_DEFAULT_MAX_BYTES,
-}
+_FILE_DEFAULTS = MappingProxyType({"encoding": "utf-8", "mode": rules.FILE_MODE_DEFAULT})
+_COLLECT_DEFAULTS = MappingProxyType(
+    {"max_files": rules.COLLECT_DEFAULT_MAX_FILES, "max_bytes": rules.COLLECT_DEFAULT_MAX_BYTES}
+)
+_EVENTS_DEFAULTS = MappingProxyType(
+    {
+        "max_per_second": rules.EVENTS_DEFAULT_MAX_PER_SECOND,
+        "max_bytes": rules.EVENTS_DEFAULT_MAX_BYTES,
+    }
+)
 
 
 class RequestView:

@@ -57,57 +57,6 @@ INTENDED = {
     ("runner.faults", "_passes"),
 }
 
-#: Removed by issue 25's engine work (runner/session, runner/server, runner/cli) and by
-#: the helpers owning envelopes, runner/stores and runner/state: delete each entry as it
-#: goes (the test fails on an entry that no longer breaks the rule).
-PENDING = {
-    # runner/cli (engine)
-    ("runner.cli.audit", "_UNIT_S"),
-    ("runner.cli.check", "_STYLE"),
-    ("runner.cli.common", "console"),
-    ("runner.cli.demo", "REMOTE_ANSWERS"),
-    ("runner.cli.isolation", "SHORTCUT_IMAGES"),
-    ("runner.cli.isolation", "_SOURCE_ARGUMENT"),
-    ("runner.cli.isolation", "_UNITS"),
-    # runner/server (engine)
-    ("runner.server.actions", "_SESSION_ANSWERS"),
-    ("runner.server.events", "STREAM"),
-    ("runner.server.problems", "PROBLEM_SCHEMA"),
-    ("runner.server.problems", "TITLES"),
-    # runner/session (engine)
-    ("runner.session.agent", "_UNION_BRANCHES"),
-    ("runner.session.attachments", "IMAGE_EXTENSIONS"),
-    ("runner.session.prompt", "UNDECLARED_PARAMETERS"),
-    ("runner.session.schemas", "_VALIDATORS"),
-    ("runner.session.secrets", "KEYRING"),
-    # runner/state (state)
-    ("runner.state.events", "CALL_KINDS"),
-    ("runner.state.models", "RENAMED_STATUSES"),
-    ("runner.state.models", "SCHEMA_CHANGES"),
-    ("runner.state.transitions", "_CALL"),
-    ("runner.state.transitions", "_SESSION"),
-    # runner/stores (stores)
-    ("runner.stores.postgres.schema", "MIGRATIONS"),
-    ("runner.stores.sqlite.schema", "MIGRATIONS"),
-    # envelopes (envelopes)
-    ("envelopes", "_HOMES"),
-    ("envelopes.agents_exe", "_MEDIA_NAMES"),
-    ("envelopes.codec", "_REQUEST_KINDS"),
-    ("envelopes.events", "NULL"),
-    ("envelopes.events", "_MEMBERS"),
-    ("envelopes.files", "_MIME"),
-    ("envelopes.schema", "_JSON_VALUE_REF"),
-    ("envelopes.v1", "CODE_RETRYABLE"),
-    ("envelopes.v1", "JSON_VALUE_DEF"),
-    ("envelopes.v1", "RUNNER_CODE_RETRYABLE"),
-    ("envelopes.v1", "SCHEMA_MODELS"),
-    ("envelopes.v1", "SCHEMA_MODELS_BY_VERSION"),
-    ("envelopes.v1", "_JSON_VALUE_SCHEMA"),
-    ("envelopes.worker_request", "_COLLECT_DEFAULTS"),
-    ("envelopes.worker_request", "_EVENTS_DEFAULTS"),
-    ("envelopes.worker_request", "_FILE_DEFAULTS"),
-}
-
 _IMMUTABLE_KINDS = (
     type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis),  # scalars
     type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,  # definitions
@@ -203,17 +152,16 @@ def breaches() -> dict[tuple[str, str], str]:
 
 def test_no_module_holds_mutable_state() -> None:
     found = breaches()
-    unexpected = {key: why for key, why in found.items() if key not in PENDING | INTENDED}
+    unexpected = {key: why for key, why in found.items() if key not in INTENDED}
     assert not unexpected, "module-level state (issue 25: pass an owned object instead):\n" + (
         "\n".join(f"  {module}.{name}: {why}" for (module, name), why in sorted(unexpected.items()))
     )
 
 
-def test_the_pending_list_holds_only_what_still_breaks_the_rule() -> None:
+def test_the_intended_list_holds_only_what_still_breaks_the_rule() -> None:
     found = breaches()
-    gone = sorted(f"{module}.{name}" for module, name in PENDING | INTENDED
-                  if (module, name) not in found)  # fmt: skip
-    assert not gone, f"no longer module state: delete them from PENDING/INTENDED: {gone}"
+    gone = sorted(f"{module}.{name}" for module, name in INTENDED if (module, name) not in found)
+    assert not gone, f"no longer module state: delete them from INTENDED: {gone}"
 
 
 def test_the_rule_catches_what_it_says() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated
 
 import typer
@@ -32,7 +33,7 @@ from runner.isolation.audit import (
 from runner.stores import audit_log_of
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_UNIT_S = MappingProxyType({"s": 1, "m": 60, "h": 3600, "d": 86400})
 TIME_FORMS = ("an ISO-8601 time (2026-12-01, 2026-12-01T10:00:00Z; UTC without a zone)"
               " or an age (90s, 15m, 2h, 7d)")  # fmt: skip
 

@@ -7,6 +7,7 @@ one), 1 when one fails, 2 for bad input.
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated
 
 import anyio
@@ -35,7 +36,7 @@ from runner.conformance import (
     parse_fixtures,
 )
 
-_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+_STYLE = MappingProxyType({"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"})
 
 
 @app.command("worker-check")

@@ -168,7 +168,10 @@ ResumeOption = Annotated[
 ]  # fmt: skip
 
 
-console = Console(highlight=False, soft_wrap=True)  # long ids stay on one line
+def stdout_console() -> Console:
+    """A rich Console on the current stdout (long ids stay on one line). A new one for each
+    thing printed: it is cheap, and holds only what it detected of the stream."""
+    return Console(highlight=False, soft_wrap=True)
 
 
 T = TypeVar("T")

@@ -18,7 +18,9 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,7 +29,7 @@ from rich.panel import Panel
 
 from envelopes import controls
 from runner.cli.app import app, fail
-from runner.cli.common import JsonOption, PoolSizeOption, console
+from runner.cli.common import JsonOption, PoolSizeOption, stdout_console
 from runner.cli.display import plain, print_block, print_table
 from runner.state.dispositions import unwrap_stored
 
@@ -36,10 +38,12 @@ DEMO_AGENT = REPO / "examples" / "agents" / "demo.json"
 BASH_IMAGE = "agents-runner/bash-runner:latest"
 PROMPT = "Gather the local inventory, both remote reports and a look at the sandbox."
 #: What the outside world answers for the deferred calls in step 2.
-REMOTE_ANSWERS = {
-    "fetch_remote_a": {"source": "system A", "orders_today": 17},
-    "fetch_remote_b": {"source": "system B", "open_tickets": 3},
-}
+REMOTE_ANSWERS: Mapping[str, Mapping[str, str | int]] = MappingProxyType(
+    {
+        "fetch_remote_a": MappingProxyType({"source": "system A", "orders_today": 17}),
+        "fetch_remote_b": MappingProxyType({"source": "system B", "open_tickets": 3}),
+    }
+)
 
 
 def docker_problem() -> str | None:
@@ -113,6 +117,7 @@ def demo(
 
 def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
                 pool_size: int | None = None) -> dict[str, Any]:  # fmt: skip
+    console = stdout_console()
     say = (lambda *a, **k: None) if as_json else console.print
 
     def panel(heading: Panel) -> None:
@@ -149,7 +154,7 @@ def three_steps(store: str, problem: str | None, scratch: Path, as_json: bool,
     panel(Panel("[bold]Step 2[/]: complete the deferred calls from outside (one process each)"))
     for call in first["deferred_calls"]:
         answer = scratch / f"{call['tool_call_id']}.json"
-        answer.write_text(json.dumps(REMOTE_ANSWERS.get(call["tool"], {"answer": "done"})))
+        answer.write_text(json.dumps(dict(REMOTE_ANSWERS.get(call["tool"], {"answer": "done"}))))
         woken = agents_runner("session", "complete", call["continuation_token"], str(answer),
                               *common)  # fmt: skip
         trace["steps"].append({"step": 2, "command": "session complete", "output": woken})

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envelopes.controls import escape_controls
-from runner.cli.common import console, emit
+from runner.cli.common import emit, stdout_console
 from runner.session import (
     Session,
     StepReport,
@@ -47,7 +47,7 @@ def say(*pieces: object) -> None:
     line = Text()
     for piece in pieces:
         line.append_text(piece if isinstance(piece, Text) else plain(piece))
-    console.print(line, soft_wrap=True)
+    stdout_console().print(line, soft_wrap=True)
 
 
 def echo(value: object, err: bool = False) -> None:
@@ -65,6 +65,7 @@ def print_table(
     is, anything else escaped and shown literally. `ids`: the columns that hold
     identifiers, which are never broken. On a terminal too narrow for those whole, and
     whenever output is not a terminal, the rows are plain space-aligned lines."""
+    console = stdout_console()
     cells = [[c if isinstance(c, Text) else plain(c, multiline=False) for c in row] for row in rows]
     id_widths = {i: max([cell_len(columns[i]), *(row[i].cell_len for row in cells)]) for i in ids}
     # Borders and padding take 3 columns per column (+1); a folded column needs a few.
@@ -103,6 +104,7 @@ def clipped(text: str, limit: int = RESULT_SHOWN) -> str:
 
 def print_block(title: str, body: str) -> None:
     """A titled block of text (the final answer): every line whole, escaped, none cut."""
+    console = stdout_console()
     console.print(Text(f"── {title} ──", style="bold"), soft_wrap=True)
     console.print(plain(body), soft_wrap=True)
 

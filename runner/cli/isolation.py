@@ -8,6 +8,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated
 
 import anyio
@@ -44,7 +45,7 @@ from runner.isolation.base import ExchangeRunner
 from runner.session.audit import AuditSetting
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_UNITS = MappingProxyType({"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4})
 
 
 def parse_size(text: str, option: str) -> int:
@@ -177,12 +178,11 @@ DEFAULT_TIMEOUT_S = 30.0
 SHORTCUT_MAX_RESULT_BYTES = 1024 * 1024
 
 #: The image each shortcut runs in when neither --runner nor --image is given.
-SHORTCUT_IMAGES = {
-    "bash": "agents-runner/bash-runner:latest",
-    "python": "agents-runner/python-runner:latest",
-}
+SHORTCUT_IMAGES = MappingProxyType(
+    {"bash": "agents-runner/bash-runner:latest", "python": "agents-runner/python-runner:latest"}
+)
 #: The argument each runner image's tool takes its source in.
-_SOURCE_ARGUMENT = {"bash": "script", "python": "code"}
+_SOURCE_ARGUMENT = MappingProxyType({"bash": "script", "python": "code"})
 
 
 def shortcut_tool(bash: str | None, python: str | None, script: Path | None) -> str | None:

@@ -136,9 +136,10 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
         group.start_soon(http)
         group.start_soon(keep_sweeping_claims, store, settings)  # lapsed claims
         # The worker's calls publish their live output where the app's event streams listen.
-        output = app.state.settings.engine.call_output
+        # It knows the agent files and posted agents the app was given (their env values).
+        output, keyring = app.state.settings.engine.call_output, app.state.settings.engine.keyring
         async with open_engine(
-            store, pool_size, pool_idle_s, runtime, call_output=output
+            store, pool_size, pool_idle_s, runtime, call_output=output, keyring=keyring
         ) as engine:
             session_worker = Worker(engine, SessionWorkerOptions(concurrency, poll_s), log=log)
             async with session_worker:

@@ -60,6 +60,7 @@ from runner.session.agent import remember_files
 from runner.session.audit import AuditSetting
 from runner.session.output import CallOutputBus
 from runner.session.runners import runner_factory
+from runner.session.secrets import Keyring
 from runner.stores import DurableStore
 
 
@@ -88,16 +89,18 @@ def worker(
     ] = None,
 ) -> None:
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
+    keyring = Keyring()  # the engine's: the env values of these files, never stored
     if agents is not None:
-        log(f"worker: {remember_files(agents)} agent file(s) read from {agents}")
+        log(f"worker: {remember_files(agents, keyring)} agent file(s) read from {agents}")
     with open_store(store, "the worker (it shares sessions with other processes)") as durable:
         anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle, pool_size,
-                  pool_idle_seconds, runtime, audit)  # fmt: skip
+                  pool_idle_seconds, runtime, audit, keyring)  # fmt: skip
 
 
 async def _serve(store: DurableStore, concurrency: int, poll_s: float, exit_when_idle: bool,
-                 pool_size: int | None, pool_idle_s: float | None,
-                 runtime: str | None, audit: AuditSetting | None = None) -> None:  # fmt: skip
+                 pool_size: int | None, pool_idle_s: float | None, runtime: str | None,
+                 audit: AuditSetting | None = None,
+                 keyring: Keyring | None = None) -> None:  # fmt: skip
     stopping = anyio.Event()
 
     async def on_signals() -> None:
@@ -111,7 +114,7 @@ async def _serve(store: DurableStore, concurrency: int, poll_s: float, exit_when
     async with anyio.create_task_group() as group:
         group.start_soon(on_signals)  # from the start: the warm pool's start-up drains too
         async with (
-            open_engine(store, pool_size, pool_idle_s, runtime, audit) as engine,
+            open_engine(store, pool_size, pool_idle_s, runtime, audit, keyring=keyring) as engine,
             Worker(engine, options, log=log) as session_worker,
         ):
             group.start_soon(shutdown_when, stopping, session_worker)
@@ -133,12 +136,14 @@ async def open_engine(
     runtime: str | None = None,
     audit: AuditSetting | None = None,
     call_output: CallOutputBus | None = None,
+    keyring: Keyring | None = None,
 ) -> AsyncIterator[Engine]:
     """The Engine a session worker runs over (`worker`, and `serve` beside its server).
     Docker-isolated calls come from a warm pool (`pool_size`; None: each docker spec's
     `pool`; 0: none; see runner/cli/pooling.py), closed on exit, and run under `runtime`
     when one is forced (`--runtime`; None: each docker spec's). The calls' live output
-    goes to `call_output` (`serve`'s app listens to it)."""
+    goes to `call_output` (`serve`'s app listens to it); the definitions with secret
+    values it knows are `keyring`'s (`serve` shares its app's)."""
     # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
     await anyio.to_thread.run_sync(sweep_orphans)
     async with runner_factory(pool_size, pool_idle_s, runtime) as pooled:
@@ -153,7 +158,7 @@ async def open_engine(
         settings = current(WorkerSettings).agent_settings(audit)
         engine = Engine(store, pooled, settings.audit, owner=default_owner(),
                         lease_s=settings.lease_s, egress_network=settings.egress_network,
-                        call_output=call_output)  # fmt: skip
+                        call_output=call_output, keyring=keyring)  # fmt: skip
         try:
             yield engine
         finally:

@@ -19,7 +19,6 @@ from runner.server.routes import Caller, Config, call, engine_errors, require
 from runner.server.visibility import view_of
 
 router = APIRouter()
-_SESSION_ANSWERS = responses(404, 409, 422)
 
 
 class Retry(BaseModel):
@@ -28,7 +27,7 @@ class Retry(BaseModel):
                         " have had its external effects (required)")  # fmt: skip
 
 
-@router.post("/v1/sessions/{session_id}/freeze", responses=_SESSION_ANSWERS)
+@router.post("/v1/sessions/{session_id}/freeze", responses=responses(404, 409, 422))
 async def freeze(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     """Stop the session where it is, for every process, until it is resumed."""
     require(who, "operator")
@@ -37,7 +36,7 @@ async def freeze(session_id: str, config: Config, who: Caller) -> dict[str, Any]
     return {"session_id": session.id, "status": session.status}
 
 
-@router.post("/v1/sessions/{session_id}/pause", responses=_SESSION_ANSWERS)
+@router.post("/v1/sessions/{session_id}/pause", responses=responses(404, 409, 422))
 async def pause(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     """agents-exe's pause: run one asynchronous step and persist it; the answer lists
     the continuation tokens of the calls the session waits on."""
@@ -48,7 +47,7 @@ async def pause(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     return {**view_of(who).report(report), "continuation_tokens": tokens}
 
 
-@router.post("/v1/continuations/{token}/retry", responses=_SESSION_ANSWERS)
+@router.post("/v1/continuations/{token}/retry", responses=responses(404, 409, 422))
 async def retry(
     token: str, config: Config, who: Caller, body: Annotated[Retry | None, Body()] = None
 ) -> dict[str, Any]:

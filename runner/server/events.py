@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from types import MappingProxyType
 from typing import Annotated, Any
 
 import anyio
@@ -311,17 +310,21 @@ async def stream(
         hub.unsubscribe(subscriber)
 
 
-#: The 200 answer's description (FastAPI documents its text/event-stream items).
-STREAM: Mapping[int | str, dict[str, Any]] = MappingProxyType({
-    200: {
-        "description": "Server-Sent Events: `id: <seq>`, `event: <kind>`, `data: <JSON>`;"
-        " a running call's live `call.output` has no `id` (it is not in the log)"
+def stream_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """A stream route's `responses=`: the 200 answer's description (FastAPI documents its
+    text/event-stream items), then the problems of `statuses` (a new dict each time:
+    FastAPI keeps what it is given)."""
+    stream: dict[int | str, dict[str, Any]] = {
+        200: {
+            "description": "Server-Sent Events: `id: <seq>`, `event: <kind>`, `data: <JSON>`;"
+            " a running call's live `call.output` has no `id` (it is not in the log)"
+        }
     }
-})  # fmt: skip
+    return {**stream, **responses(*statuses)}
 
 
 @router.get("/v1/sessions/{session_id}/events", response_class=EventSourceResponse,
-            responses={**STREAM, **responses(404)})  # fmt: skip
+            responses=stream_responses(404))  # fmt: skip
 async def session_events(
     session: KnownSession, who: Watcher, hub: Hub, after: After
 ) -> AsyncIterator[ServerSentEvent]:
@@ -333,7 +336,7 @@ async def session_events(
         yield item
 
 
-@router.get("/v1/events", response_class=EventSourceResponse, responses={**STREAM})
+@router.get("/v1/events", response_class=EventSourceResponse, responses=stream_responses())
 async def all_events(who: Watcher, hub: Hub, after: After) -> AsyncIterator[ServerSentEvent]:
     """Every session's events the caller may see as Server-Sent Events, from now (or
     after `Last-Event-ID` / `after`). A worker sees only its tools' call events."""

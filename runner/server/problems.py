@@ -5,7 +5,8 @@ generic 500 handler, and every answer is in the document."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -23,12 +24,12 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 BODY_TIMEOUT_S = 30.0
 PROBLEM_JSON = "application/problem+json"
 
-TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-          405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
-          413: "Content Too Large",
-          415: "Unsupported Media Type", 421: "Misdirected Request",
-          422: "Unprocessable Content", 429: "Too Many Requests",
-          503: "Service Unavailable"}  # fmt: skip
+TITLES: Mapping[int, str] = MappingProxyType(
+    {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+     405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
+     413: "Content Too Large", 415: "Unsupported Media Type", 421: "Misdirected Request",
+     422: "Unprocessable Content", 429: "Too Many Requests", 503: "Service Unavailable"}
+)  # fmt: skip
 
 
 class Problem(Exception):
@@ -142,18 +143,22 @@ class BodyCap:
 # --- the OpenAPI document --------------------------------------------------------------
 
 PROBLEM_REF = "#/components/schemas/Problem"
-PROBLEM_SCHEMA: dict[str, Any] = {
-    "title": "Problem",
-    "description": "An error (RFC 9457); `detail` names the field path when a field is wrong.",
-    "type": "object",
-    "properties": {
-        "type": {"type": "string", "description": "urn:agents-runner:problem:<kind>"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-    },
-    "required": ["type", "title", "status", "detail"],
-}
+
+
+def problem_schema() -> dict[str, Any]:
+    """The Problem schema of the OpenAPI document (a new dict each time: the document owns it)."""
+    return {
+        "title": "Problem",
+        "description": "An error (RFC 9457); `detail` names the field path when a field is wrong.",
+        "type": "object",
+        "properties": {
+            "type": {"type": "string", "description": "urn:agents-runner:problem:<kind>"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+        },
+        "required": ["type", "title", "status", "detail"],
+    }
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -188,7 +193,7 @@ def document(app: FastAPI) -> None:
         schemas = components.setdefault("schemas", {})
         for unused in ("HTTPValidationError", "ValidationError"):
             schemas.pop(unused, None)
-        schemas["Problem"] = PROBLEM_SCHEMA
+        schemas["Problem"] = problem_schema()
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         app.openapi_schema = schema
         return schema

@@ -149,10 +149,11 @@ async def call(function: Callable[..., T], *args: Any) -> T:
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Read the agents directory once at start: the env values of its specs are never
-    stored, and the sessions this process advances get them from these files."""
-    agents_dir = app.state.settings.agents_dir
+    stored, and the sessions the app's engine advances get them from these files (its
+    keyring)."""
+    agents_dir, engine = app.state.settings.agents_dir, app.state.settings.engine
     if agents_dir is not None:
-        read = await anyio.to_thread.run_sync(remember_files, agents_dir)
+        read = await anyio.to_thread.run_sync(remember_files, agents_dir, engine.keyring)
         log.info("read %d agent file(s) from %s", read, agents_dir)
     yield
 

@@ -23,6 +23,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -34,7 +35,8 @@ from runner.llm import EnvironmentProvider as EnvironmentProvider  # re-exported
 from runner.llm import OpenAIProvider as OpenAIProvider  # re-exported
 from runner.llm import ScriptedProvider as ScriptedProvider  # re-exported
 from runner.session.policy import PolicyConfig
-from runner.session.secrets import KEYRING, has_secrets, redact, redacted_names
+from runner.session.schemas import Compiled, compile_schema
+from runner.session.secrets import Keyring, has_secrets, redact, redacted_names
 from runner.state.effects import Effects
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,19 @@ class ToolSpec(_Spec):
         default_factory=lambda: {"type": "object", "properties": {}},
         description="JSON Schema of the arguments (draft 2020-12).",
     )
+
+    @cached_property
+    def arguments_check(self) -> Compiled:
+        """`parameters` compiled, once for this definition (runner.session.schemas): a
+        tool is frozen, and a copy with changes compiles its own. (Not a field: equality,
+        hashing and the stored document ignore it.)"""
+        return compile_schema(self.parameters)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        if update or deep:
+            copied.__dict__.pop("arguments_check", None)
+        return copied
 
 
 #: The `provider` section; the models live in runner.llm and are re-exported here.
@@ -180,9 +195,10 @@ def error_path(loc: tuple[Any, ...]) -> str:
 
 
 #: Names pydantic puts in a location for the branch of a union it tried; not in the file.
-_UNION_BRANCHES = {"runSync", "runAsync", "runIsolated", "defer", "decorate", "docker",
-                   "localProcess", "timeout", "retries", "cache", "label", "truncate",
-                   "scripted", "openaiCompatible", "environment", "yieldOnTimeout"}  # fmt: skip
+_UNION_BRANCHES = frozenset({"runSync", "runAsync", "runIsolated", "defer", "decorate",
+                             "docker", "localProcess", "timeout", "retries", "cache", "label",
+                             "truncate", "scripted", "openaiCompatible", "environment",
+                             "yieldOnTimeout"})  # fmt: skip
 _GENERATED = re.compile(r"^(literal\[|function-|constrained-|str$|[A-Z][A-Za-z]+$)")
 
 
@@ -192,7 +208,7 @@ def describe(exc: ValidationError, limit: int = 3) -> str:
     return describe_validation_error(exc, limit, model=Agent, path=error_path)
 
 
-def parse_agent(document: Any, where: str = "agent") -> Agent:
+def parse_agent(document: Any, where: str = "agent", keyring: Keyring | None = None) -> Agent:
     if not isinstance(document, dict):
         raise AgentError(f"{where}: expected a JSON object, got {type(document).__name__}")
     document = _from_agents_exe(document, where)
@@ -205,29 +221,31 @@ def parse_agent(document: Any, where: str = "agent") -> Agent:
             ScriptedLLM(agent.provider.responses)
         except ValueError as exc:
             raise AgentError(f"{where}: provider: {exc}") from None
-    # A definition with secret values is remembered; a stored (redacted) one is answered
-    # with the remembered definition, if this process has seen it.
-    if has_secrets(document):
-        remember(agent)
-    elif redacted_names(document):
-        return with_secrets(agent)
+    # With a `keyring`: a definition with secret values is remembered in it; a stored
+    # (redacted) one is answered with the remembered definition, if the keyring has it.
+    if keyring is not None:
+        if has_secrets(document):
+            remember(agent, keyring)
+        elif redacted_names(document):
+            return with_secrets(agent, keyring)
     return agent
 
 
-def remember(agent: Agent) -> None:
-    """Keep `agent`'s secret values for the stored documents of it this process reads."""
+def remember(agent: Agent, keyring: Keyring) -> None:
+    """Keep `agent`'s secret values in `keyring`, for the stored documents of it its
+    owner reads."""
     if has_secrets(agent.model_dump(mode="json", by_alias=True)):
-        KEYRING.remember(agent.secrets_key, agent)
+        keyring.remember(agent.secrets_key, agent)
 
 
-def remember_files(directory: Path) -> int:
+def remember_files(directory: Path, keyring: Keyring) -> int:
     """Read every agent file (`*.json`) in `directory` so that its secret values are
-    remembered (runner.session.secrets); the number read. A file that does not load is
-    logged and passed over: a directory may hold other JSON files."""
+    remembered in `keyring` (runner.session.secrets); the number read. A file that does
+    not load is logged and passed over: a directory may hold other JSON files."""
     read = 0
     for path in sorted(directory.glob("*.json")):
         try:
-            load_agent(path)
+            remember(load_agent(path), keyring)
         except AgentError as exc:
             logger.info("not an agent file (its secrets are not remembered): %s", exc)
         else:
@@ -235,10 +253,10 @@ def remember_files(directory: Path) -> int:
     return read
 
 
-def with_secrets(agent: Agent) -> Agent:
-    """`agent` with the secret values of the remembered definition it was stored from
-    (in `agent`'s execution mode), or `agent` itself when there is none."""
-    known = KEYRING.known(agent.secrets_key)
+def with_secrets(agent: Agent, keyring: Keyring) -> Agent:
+    """`agent` with the secret values of the definition `keyring` remembers it was
+    stored from (in `agent`'s execution mode), or `agent` itself when there is none."""
+    known = keyring.known(agent.secrets_key)
     if not isinstance(known, Agent):
         return agent
     return known if known.execution_mode == agent.execution_mode else known.with_mode(

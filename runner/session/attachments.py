@@ -11,8 +11,9 @@ the server checks the bytes a request sends (`attachment_from_bytes`) by the sam
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from runner.state import Attachment
 
@@ -22,8 +23,10 @@ MAX_IMAGE_BYTES = 5 * MIB
 MAX_TEXT_BYTES = 1 * MIB
 MAX_TOTAL_BYTES = 20 * MIB
 #: Extensions that promise an image (checked against the bytes).
-IMAGE_EXTENSIONS = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-                    ".gif": "image/gif", ".webp": "image/webp"}  # fmt: skip
+IMAGE_EXTENSIONS: Mapping[str, str] = MappingProxyType(
+    {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+     ".webp": "image/webp"}
+)  # fmt: skip
 
 
 class AttachmentError(ValueError):

@@ -11,7 +11,8 @@ owns what a long-running process keeps between operations, each bounded: the sto
 agents it has parsed (with their kept conversations, runner.session.prompt), at most
 `agents_kept` of them, least recently used dropped; the audit sink it opened; the bus
 its isolated calls publish their live output to (`call_output`, which the server's
-event stream and the console subscribe to).
+event stream and the console subscribe to); the definitions with secret values it was
+given (`keyring`, runner.session.secrets), which answer its stored agents.
 
 An operation takes the session's lease and loads the session once, under it (gate.py's
 `leased`); the session's agent hash names the agent, found among the kept ones (read
@@ -33,7 +34,7 @@ import anyio.to_thread
 from runner.isolation import Runner
 from runner.llm import LLM
 from runner.session import commands, operations
-from runner.session.agent import Agent
+from runner.session.agent import Agent, remember
 from runner.session.audit import AuditSetting, OpenedAudit, open_audit
 from runner.session.commands import UnknownToken
 from runner.session.gate import GateSettings, admit, leased
@@ -43,6 +44,7 @@ from runner.session.reports import StepReport, WakeReport
 from runner.session.runners import SpecRunners
 from runner.session.runtime import Opened, Opener, RunnerFactory
 from runner.session.scheduler import DurableAgent, default_owner
+from runner.session.secrets import Keyring
 from runner.session.settings import DEFAULT_LEASE_SECONDS
 from runner.session.storage import Storage, require_durable
 from runner.session.stored import AGENTS_KEPT, StoredAgents
@@ -76,6 +78,8 @@ class Engine:
     every agent runs with (`tools`, `llm` in place of each agent's provider, a
     `deployment_runner` for every RunIsolated call, the `cache` decorator's store).
     `single_process`: accept a store that cannot fence (only this process advances it).
+    `keyring`: where the definitions with secret values it is given are remembered, to
+    share with another engine over the same sessions (None: its own).
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class Engine:
         agents_kept: int = AGENTS_KEPT,
         single_process: bool = False,
         egress_network: str | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         if not single_process:
             require_durable(store, "advancing sessions (step, resume, wake, workers)")
@@ -112,7 +117,11 @@ class Engine:
         self._tools = tools if tools is not None else default_tools()
         self._llm, self._deployment_runner, self._cache = llm, deployment_runner, cache
         self._single_process = single_process
-        self._agents = StoredAgents(store, self.agent, agents_kept)
+        #: The definitions with secret values this engine was given (runner.session.secrets):
+        #: its stored agents are answered with them. Engines that advance the same
+        #: sessions share one (`serve`'s server and session worker).
+        self.keyring = keyring if keyring is not None else Keyring()
+        self._agents = StoredAgents(store, self.agent, agents_kept, self.keyring)
 
     @property
     def owner(self) -> str:
@@ -132,7 +141,7 @@ class Engine:
             owner=gate.owner, lease_s=gate.lease_s, lease_wait_s=gate.lease_wait_s,
             poison_after=gate.poison_after, single_process=self._single_process,
             call_output=self.call_output, audit=audit,
-            egress_network=self._egress_network,
+            egress_network=self._egress_network, keyring=self.keyring,
         )  # fmt: skip
 
     @property
@@ -286,6 +295,8 @@ class Engine:
     ) -> Opener:
         gate = replace(self.gate, migrate=migrate, allow_agent_change=allow_agent_change)
         given = self.agent(agent) if agent is not None else None
+        if agent is not None:  # its secret values, for the stored documents of it
+            remember(agent, self.keyring)
 
         @asynccontextmanager
         async def opened() -> AsyncIterator[Opened]:

@@ -231,7 +231,7 @@ class CallExecutor:
             spec = self.rt.agent.tool(call.tool)
             if spec is not None:
                 try:
-                    wrong = argument_error(spec.parameters, call.arguments)
+                    wrong = argument_error(spec.arguments_check, call.arguments)
                 except InvalidSchema as exc:
                     why = f"the parameters schema of {call.tool!r} is not valid: {exc}"
                     return ToolResult.error("INVALID_REQUEST", why)

@@ -123,7 +123,7 @@ async def _check_versions(
                 f" ({changed}); give --allow-agent-change to continue with this one"
             )
         store = rt.storage.store
-        remember(rt.agent)  # the store gets the document without its secret values
+        remember(rt.agent, rt.keyring)  # the store gets the document without its values
         await rt.storage.run(store.put_agent, rt.agent.hash, rt.agent.to_document())
         session.agent_hash = rt.agent.hash
         await rt.commit(session, holder)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from runner.llm import (
     ContentPart,
@@ -126,8 +127,10 @@ def content_part(attachment: Attachment) -> ContentPart:
     return TextPart(f"Attached file {attachment.name}:\n{attachment.data}")
 
 
-#: The arguments of a tool the policy names but the file does not declare: any object.
-UNDECLARED_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": True}
+def undeclared_parameters() -> dict[str, Any]:
+    """The arguments of a tool the policy names but the file does not declare: any object
+    (a new dict each time: the tool definition owns it)."""
+    return {"type": "object", "properties": {}, "additionalProperties": True}
 
 
 def tool_definitions(agent: Agent) -> tuple[ToolDefinition, ...]:
@@ -141,5 +144,5 @@ def tool_definitions(agent: Agent) -> tuple[ToolDefinition, ...]:
             _, base = unwrap(rule.disposition)
             why = f" ({base.reason})" if isinstance(base, Defer) else ""
             description = f"The {name} tool{why}."
-            tools.append(ToolDefinition(name, description, dict(UNDECLARED_PARAMETERS)))
+            tools.append(ToolDefinition(name, description, undeclared_parameters()))
     return tuple(tools)

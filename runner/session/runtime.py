@@ -22,6 +22,7 @@ from runner.session.leases import Holder
 from runner.session.output import CallOutputBus
 from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations
+from runner.session.secrets import Keyring
 from runner.session.storage import Storage
 from runner.state import Clock, Session
 from runner.state.transitions import settle
@@ -50,6 +51,8 @@ class Runtime:
     audit_fail_closed: bool = False
     #: Where the events isolated calls stream are published live (runner.session.output).
     call_output: CallOutputBus = field(default_factory=CallOutputBus)
+    #: Where a definition with secret values is remembered (runner.session.secrets).
+    keyring: Keyring = field(default_factory=Keyring)
 
     def audited(self, runner: Runner) -> Runner:
         """`runner` writing an audit record of each call (it stays the caller's to close)."""

@@ -40,6 +40,7 @@ from runner.session.prompt import Conversations, llm_request
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runners import SpecRunners
 from runner.session.runtime import Opened, Opener, RunnerFactory, Runtime
+from runner.session.secrets import Keyring
 from runner.session.settings import DEFAULT_LEASE_SECONDS, AgentSettings, with_egress_network
 from runner.session.storage import Storage, require_durable
 from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, UserTurn
@@ -99,6 +100,10 @@ class DurableAgent:
     audit: AuditSetting | OpenedAudit = field(default_factory=AuditSetting)
     #: The network egress proxies go out through when a spec's `egress` names none.
     egress_network: str | None = None
+    #: Where the definitions with secret values this agent is given are remembered, for
+    #: the stored documents of them read later (runner.session.secrets); an Engine gives
+    #: each of its agents its own one keyring.
+    keyring: Keyring = field(default_factory=Keyring, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversations", Conversations(self.agent))
@@ -120,7 +125,7 @@ class DurableAgent:
             session.created_ms = session.updated_ms = self.store.now_ms()
         if attachments:
             session.turns[0] = UserTurn(text=prompt, attachments=list(attachments))
-        remember(self.agent)  # the store gets the document without its secret values
+        remember(self.agent, self.keyring)  # the store gets the document without its values
         return self.store.create(session, self.agent.to_document())
 
     async def run(self, prompt: str, attachments: Sequence[Attachment] = ()) -> StepReport:
@@ -219,7 +224,7 @@ class DurableAgent:
                 runner_factory=self._runner_factory, conversations=self.conversations,
                 deployment_runner=self.deployment_runner, cache=self.cache,
                 audit=audit.sink, audit_fail_closed=audit.fail_closed,
-                call_output=self.call_output,
+                call_output=self.call_output, keyring=self.keyring,
             )  # fmt: skip
         finally:
             if self.llm is None:

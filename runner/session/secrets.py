@@ -3,9 +3,11 @@ shown: stored decisions, stored agent documents, reports, events and documents k
 the names, each value replaced by REDACTED (`{"env": {"API_KEY": "<redacted>"}}`).
 
 The values live only in the agent definition a process was given (an agent file, or a
-Python Agent). `parse_agent` remembers every agent with real values under its hash
-(which is the hash of the redacted document, so a rotated secret is no agent change),
-and a stored document parsed later in the same process is answered with it. When a
+Python Agent). The Engine (or a lone DurableAgent) that is given such an agent remembers
+it in its `Keyring`, under its hash (which is the hash of the redacted document, so a
+rotated secret is no agent change), and a stored document it parses later is answered
+with it; engines that should know the same definitions share one Keyring (`serve`'s
+server and session worker). When a
 call runs, its spec is rebuilt from the policy of that agent (`restore`); a process
 that never saw the definition refuses to run the call, saying which names it lacks
 (`unavailable`), and leaves it for a process that has it."""
@@ -68,7 +70,8 @@ def has_secrets(value: Any) -> bool:
 
 
 class Keyring:
-    """Agents with real secret values, by hash (most recently used kept)."""
+    """Agents with real secret values, by hash (the `size` most recently used kept): one
+    per Engine unless it is given one to share."""
 
     def __init__(self, size: int = KEPT) -> None:
         self._lock = threading.Lock()
@@ -87,10 +90,6 @@ class Keyring:
             return self._kept.get(agent_hash)
 
 
-#: The process's keyring (filled by runner.session.agent.parse_agent).
-KEYRING = Keyring()
-
-
 def unavailable(names: list[str], where: str) -> str:
     """Why `where` cannot run here: the names it lacks, and how to give them."""
     return (
@@ -101,5 +100,5 @@ def unavailable(names: list[str], where: str) -> str:
     )
 
 
-__all__ = ["KEYRING", "REDACTED", "Keyring", "has_secrets", "redact", "redacted_names",
+__all__ = ["REDACTED", "Keyring", "has_secrets", "redact", "redacted_names",
            "unavailable"]  # fmt: skip

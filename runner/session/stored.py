@@ -13,6 +13,7 @@ import anyio.to_thread
 
 from runner.session.agent import Agent, parse_agent
 from runner.session.scheduler import DurableAgent
+from runner.session.secrets import Keyring
 from runner.stores import SessionStore
 
 #: Stored agents kept by default.
@@ -24,8 +25,10 @@ class StoredAgents:
     the process uses; it runs once per agent hash while that agent is kept."""
 
     def __init__(self, store: SessionStore, build: Callable[[Agent], DurableAgent],
-                 size: int = AGENTS_KEPT) -> None:  # fmt: skip
+                 size: int = AGENTS_KEPT, keyring: Keyring | None = None) -> None:  # fmt: skip
         self._store, self._build, self._size = store, build, size
+        #: Where the definitions with secret values are found (runner.session.secrets).
+        self._keyring = keyring if keyring is not None else Keyring()
         self._kept: OrderedDict[str, DurableAgent] = OrderedDict()
         #: Hashes whose agent lacks secret values (runner.session.secrets): read again
         #: until this process has seen the definition that has them.
@@ -40,7 +43,7 @@ class StoredAgents:
         durable = self._kept.get(agent_hash)
         if durable is None or agent_hash in self._lacking:
             document = await anyio.to_thread.run_sync(self._store.agent_document, agent_hash)
-            agent = parse_agent(document, "stored agent").with_mode("asynchronous")
+            agent = parse_agent(document, "stored agent", self._keyring).with_mode("asynchronous")
             if durable is None or not agent.secret_names:
                 durable = self._kept[agent_hash] = self._build(agent)
             if agent.secret_names:

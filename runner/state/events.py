@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from runner.state.models import SESSION_STATUSES, Session, TrackedCall
@@ -45,9 +46,11 @@ EVENT_KINDS: tuple[str, ...] = (
     "call.unknown_outcome",
 )
 #: The kind of event a call's new state makes (states missing here make none).
-CALL_KINDS = {"deferred": "call.deferred", "completed": "call.completed",
-              "failed": "call.failed", "expired": "call.failed", "cancelled": "call.failed",
-              "unknown_outcome": "call.unknown_outcome"}  # fmt: skip
+CALL_KINDS: Mapping[str, str] = MappingProxyType(
+    {"deferred": "call.deferred", "completed": "call.completed", "failed": "call.failed",
+     "expired": "call.failed", "cancelled": "call.failed",
+     "unknown_outcome": "call.unknown_outcome"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

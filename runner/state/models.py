@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -25,11 +27,13 @@ from runner.state.dispositions import detached
 #: bump: a document lacking it is complete as it is, so nothing needs migrating.
 SESSION_SCHEMA_VERSION = 3
 #: What each version changed, for the message that refuses an unmigrated session.
-SCHEMA_CHANGES = {
-    2: "durable retries, deferred-call expiry, the unknown_outcome call state, quarantine",
-    3: "durable model-call retries and the failed status; paused is now called frozen;"
-    " prompt attachments",
-}
+SCHEMA_CHANGES: Mapping[int, str] = MappingProxyType(
+    {
+        2: "durable retries, deferred-call expiry, the unknown_outcome call state, quarantine",
+        3: "durable model-call retries and the failed status; paused is now called frozen;"
+        " prompt attachments",
+    }
+)
 
 CallState = Literal["ready", "running", "deferred", "unknown_outcome", "completed", "failed",
                     "expired", "cancelled"]  # fmt: skip
@@ -49,7 +53,7 @@ SessionStatus = Literal["running", "waiting", "frozen", "quarantined", "failed",
                         "cancelled"]  # fmt: skip
 SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
 #: Stored statuses from before a rename, read as their new name.
-RENAMED_STATUSES = {"paused": "frozen"}
+RENAMED_STATUSES: Mapping[str, str] = MappingProxyType({"paused": "frozen"})
 
 
 class Model(BaseModel):

@@ -79,8 +79,8 @@ SESSION_MOVES: tuple[Move, ...] = (
     Move("failed", "cancelled", "an operator cancelled it"),
 )
 
-_CALL = {(m.source, m.target) for m in CALL_MOVES}
-_SESSION = {(m.source, m.target) for m in SESSION_MOVES}
+_CALL = frozenset((m.source, m.target) for m in CALL_MOVES)
+_SESSION = frozenset((m.source, m.target) for m in SESSION_MOVES)
 assert {s for m in CALL_MOVES for s in m[:2]} <= set(CALL_STATES)
 assert {s for m in SESSION_MOVES for s in m[:2]} <= set(SESSION_STATUSES)
 

@@ -439,6 +439,8 @@ def test_a_worker_may_declare_fewer_or_more_versions(request_doc: dict) -> None:
         (lambda d: d.update(version=1.0), "version: missing or not a string"),
         (lambda d: d.pop("kind"), "kind: expected one of"),
         (lambda d: d.update(kind="ToolCallResult"), "got 'ToolCallResult'"),
+        (lambda d: d.update(kind=[]), "kind: expected one of"),  # unhashable: no TypeError
+        (lambda d: d.update(kind={}), "kind: expected one of"),
         (lambda d: d.pop("arguments"), "arguments: Field required"),
         (lambda d: d.update(tool={}), "tool.name: Field required"),
         (lambda d: d.pop("limits"), "limits: Field required"),

@@ -22,7 +22,7 @@ from runner.llm import (
     provider_for,
 )
 from runner.session import AgentError, ToolResult, load_agent, parse_agent, with_durable_workflows
-from runner.session.prompt import UNDECLARED_PARAMETERS
+from runner.session.prompt import undeclared_parameters
 from tests.conftest import REPO
 from tests.session.conftest import FINAL, Counter, agent_doc, calls
 
@@ -151,7 +151,7 @@ def test_the_environment_provider_talks_to_a_real_server(agent_file, store, chat
     told = {t["function"]["name"]: t["function"] for t in request["tools"]}
     assert set(told) == {"fetch_remote_a", "fetch_remote_b", "build_project"}
     assert "external worker" in told["fetch_remote_a"]["description"]
-    assert told["build_project"]["parameters"] == UNDECLARED_PARAMETERS
+    assert told["build_project"]["parameters"] == undeclared_parameters()
     token = report.session.calls["a"].token
     anyio.run(agent.wake, report.session.id, [(token, ToolResult.ok({"orders": 3}))])
     chat_server.reply({"role": "assistant", "content": "3 orders"})

@@ -22,7 +22,7 @@ from runner.faults import crash_point
 from runner.stores.base import StoreError
 
 #: Each entry moves the schema from version N-1 to N. Append only: never edit one.
-MIGRATIONS: list[str] = [
+MIGRATIONS: tuple[str, ...] = (
     # 1: everything SQLite's schema 4 has.
     """
     CREATE TABLE sessions (
@@ -174,7 +174,7 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER audit_records_no_truncate BEFORE TRUNCATE ON audit_records
         FOR EACH STATEMENT EXECUTE FUNCTION audit_records_append_only();
     """,
-]
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 #: Held (for one transaction) by whoever migrates: an arbitrary constant of our own.
 MIGRATION_LOCK = 0x61676E74

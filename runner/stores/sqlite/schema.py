@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from runner.stores.base import StoreError
 
 #: Each entry moves the schema from version N-1 to N. Append only: never edit one.
-MIGRATIONS: list[str] = [
+MIGRATIONS: tuple[str, ...] = (
     # 1: sessions, the agent definitions they run, continuation tokens, tool cache.
     """
     CREATE TABLE sessions (
@@ -185,7 +185,7 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER audit_records_no_delete BEFORE DELETE ON audit_records
     BEGIN SELECT RAISE(ABORT, 'audit_records is append-only'); END;
     """,
-]
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
