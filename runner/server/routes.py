@@ -29,8 +29,8 @@ from runner.session import (
     AgentError,
     Engine,
     LeaseBusy,
-    Session,
     SessionError,
+    SessionTail,
     StoreCapabilityError,
     ToolResult,
     TrackedCall,
@@ -328,7 +328,7 @@ async def resume(
     return view_of(who).report(report)
 
 
-def resume_refusal(session: Session, options: ResumeOptions) -> str | None:
+def resume_refusal(session: SessionTail, options: ResumeOptions) -> str | None:
     """Why the engine would refuse this resume, in the API's words (it checks again
     under the lease: a session that changes meanwhile is refused in the CLI's)."""
     status, sid = session.status, session.id

@@ -46,7 +46,15 @@ from runner.session.scheduler import DurableAgent, default_owner
 from runner.session.settings import DEFAULT_LEASE_SECONDS
 from runner.session.storage import Storage, require_durable
 from runner.session.stored import AGENTS_KEPT, StoredAgents
-from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, TrackedCall
+from runner.state import (
+    Attachment,
+    Clock,
+    Session,
+    SessionTail,
+    StoreAlignedClock,
+    ToolResult,
+    TrackedCall,
+)
 from runner.state.transitions import overdue
 from runner.stores import Continuation, DurableStore, SessionStore, ToolCache
 from runner.tools import ToolRegistry, default_tools
@@ -59,10 +67,10 @@ Authorize = Callable[[TrackedCall], None]
 
 @dataclass(frozen=True)
 class Pending:
-    """A session's open calls as `pending` shows them: the session (its recent part)
-    and the ids of the calls whose expiry has passed."""
+    """A session's open calls as `pending` shows them: the session (its tail) and the
+    ids of the calls whose expiry has passed."""
 
-    session: Session
+    session: SessionTail
     overdue: frozenset[str]
 
 
@@ -213,15 +221,15 @@ class Engine:
         return await commands.wake(self._opener(session_id), session_id, list(results),
                                    authorize)  # fmt: skip
 
-    async def retry(self, session_id: str, token: str, *, force: bool = False) -> Session:
+    async def retry(self, session_id: str, token: str, *, force: bool = False) -> SessionTail:
         """Run an `unknown_outcome` call again: only with `force`."""
         return await commands.retry(self._opener(session_id), token, force=force)
 
-    async def freeze(self, session_id: str) -> Session:
+    async def freeze(self, session_id: str) -> SessionTail:
         """Stop the session where it is, for every process, until `resume`."""
         return await anyio.to_thread.run_sync(commands.freeze, self.store, session_id)
 
-    async def cancel(self, session_id: str) -> Session:
+    async def cancel(self, session_id: str) -> SessionTail:
         """End the session and every call still open."""
         now = self.clock.now_ms()
         return await anyio.to_thread.run_sync(commands.cancel, self.store, session_id, now)
