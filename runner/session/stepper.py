@@ -59,6 +59,7 @@ from runner.state import (
     UserTurn,
     new_token,
 )
+from runner.state.dispositions import detached
 from runner.state.transitions import finish, move_call, runnable, set_status, settle
 
 logger = logging.getLogger(__name__)
@@ -125,10 +126,10 @@ async def _step(
 
 async def run_detached(rt: Runtime, session: SessionTail, holder: Holder) -> StepReport:
     """Run the detached RunIsolated calls the session waits on."""
-    detached = [c for c in session.waiting_on() if c.state in ("ready", "running")]
-    if not detached or session.status in ("frozen", "quarantined", "failed", "cancelled"):
+    left = [c for c in session.waiting_on() if c.state in ("ready", "running")]
+    if not left or session.status in ("frozen", "quarantined", "failed", "cancelled"):
         return StepReport(session, "nothing")
-    return (await _run_calls(rt, session, detached, holder)).report
+    return (await _run_calls(rt, session, left, holder)).report
 
 
 # --- the two kinds of step ----------------------------------------------------------------
@@ -280,7 +281,7 @@ def _synchronous(
     runs its built-in, or fails saying deferral needs asynchronous mode. runAsync calls
     are awaited within the step (see `_execute`). Decorators are kept."""
     _, base = unwrap(disposition)
-    if isinstance(base, RunIsolated) and not base.attached:
+    if isinstance(base, RunIsolated) and detached(to_json(base)):
         return rebase(disposition, base.model_copy(update={"attached": True})), None
     if isinstance(base, Defer):
         if builtin:
