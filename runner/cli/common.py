@@ -37,15 +37,14 @@ from runner.session import (
     LeaseBusy,
     SessionError,
     StoreCapabilityError,
-    ToolResult,
     load_agent,
     require_durable,
 )
 from runner.session.attachments import AttachmentError, read_attachments
 from runner.session.audit import AUDIT_FORMS, AuditSetting, AuditSettingError, parse_audit
 from runner.session.runtime import RunnerFactory
-from runner.state import Attachment, now_ms
-from runner.stores import DurableStore, Lease, SessionStore, StoreError, StoreUnavailable
+from runner.state import Attachment
+from runner.stores import DurableStore, SessionStore, StoreError, StoreUnavailable
 from runner.stores import open_store as open_location
 from runner.stores.locations import missing_paths
 
@@ -293,29 +292,6 @@ def run_engine(
         return await with_pool(pool_size, engine, runtime)
 
     return run_async(pooled)
-
-
-def now_of(store: SessionStore) -> int:
-    """The store's time (epoch ms), or the wall clock for a store without one."""
-    return store.now_ms() if isinstance(store, DurableStore) else now_ms()
-
-
-def lease_of(store: SessionStore, session_id: str) -> Lease | None:
-    """The session's lease, or None for a store without leases."""
-    return store.lease(session_id) if isinstance(store, DurableStore) else None
-
-
-def late_of(store: SessionStore, session_id: str) -> list[tuple[str, ToolResult]]:
-    """Results that came after their calls ended (a store without leases keeps none)."""
-    return store.late_results(session_id) if isinstance(store, DurableStore) else []
-
-
-def live_holder(store: SessionStore, session_id: str) -> str | None:
-    """Who holds the session's lease and is still renewing it, if anyone."""
-    lease = lease_of(store, session_id)
-    if lease is not None and lease.owner and lease.expires_ms > now_of(store):
-        return lease.owner
-    return None
 
 
 def given_agent(path: Path | None) -> Agent | None:

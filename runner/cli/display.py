@@ -22,7 +22,7 @@ from rich.text import Text
 from envelopes.controls import escape_controls
 from runner.cli.common import emit, stdout_console
 from runner.session import (
-    Session,
+    SessionTail,
     StepReport,
 )
 from runner.session.policy import describe_json
@@ -124,7 +124,7 @@ def print_report(report: StepReport, as_json: bool) -> None:
     emit(report.to_dict(), as_json, human)
 
 
-def print_pending(session: Session, now: int | None = None) -> None:
+def print_pending(session: SessionTail, now: int | None = None) -> None:
     """The open calls, as agents-exe lists them (whole tokens, to copy); with `now`, a
     deferred call past its expiry shows as expired (the next process to hold the
     session records it)."""
@@ -137,7 +137,7 @@ def print_pending(session: Session, now: int | None = None) -> None:
         echo(f"    state: {state}")
 
 
-def print_tokens(session: Session) -> None:
+def print_tokens(session: SessionTail) -> None:
     """agents-exe's lines for a yielded turn: `token: TOKEN (tool)` per call waited on."""
     for call in session.waiting_on():
         echo(f"token: {shown(call.token)} ({shown(call.tool)})")

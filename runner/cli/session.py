@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio.to_thread
 import typer
 
 from runner.cli.app import app, fail
@@ -30,15 +29,10 @@ from runner.cli.common import (
     agent_from_file,
     emit,
     given_agent,
-    late_of,
-    lease_of,
-    live_holder,
-    now_of,
     open_sessions,
     read_attached,
     read_prompt,
     run_engine,
-    user_errors,
 )
 from runner.cli.display import (
     clipped,
@@ -59,13 +53,14 @@ from runner.session import (
     Session,
     StepReport,
     ToolResult,
+    UnknownToken,
     WakeReport,
     pending_entry,
 )
 from runner.session.audit import AuditSetting
-from runner.session.operator import CONDITIONS, conditions, explain, session_document
+from runner.session.operator import CONDITIONS
 from runner.state.transitions import overdue
-from runner.stores import SessionStore
+from runner.stores import Continuation, SessionStore
 
 #: How long `complete --resume` waits for a session's lease that someone has just let go.
 RESUME_LEASE_WAIT_S = 1.0
@@ -226,10 +221,9 @@ def pending(
 ) -> None:
     """Show each open call's tool, call id, continuation token and disposition (a
     deferred call past its expiry as expired)."""
-    with open_sessions(store) as opened, user_errors():
-        session = opened.load(session_id, history=False)  # open calls are all loaded
-        now = now_of(opened)
-    late = {c.id for c in overdue(session, now)}
+    with open_sessions(store) as opened:
+        found = run_engine(opened, 0, lambda e: e.pending(session_id))
+    session, late, now = found.session, found.overdue, found.now_ms
     entries = [pending_entry(c, overdue=c.id in late) for c in session.open_calls()]
     document = {"session_id": session.id, "status": session.status, "calls": entries}
 
@@ -273,10 +267,7 @@ def wake_by_token(
 ) -> None:
     """Give the call with `token` its result; with `resume`, then continue its session
     here (agents-exe's autoResume) unless a live process holds it."""
-    with user_errors():
-        found = store.find(token)
-    if found is None:
-        fail(f"no call has the continuation token {token!r} in the {store.description}")
+    found = find_call(store, token)
 
     async def go(engine: Engine) -> tuple[WakeReport, StepReport | None, str | None]:
         woken = await engine.wake(found.session_id, [(token, result)])
@@ -316,18 +307,32 @@ def wake_by_token(
     emit(document, as_json, human)
 
 
+def find_call(store: SessionStore, token: str) -> Continuation:
+    """The session and call `token` leads to (the Engine finds it); the command fails,
+    naming the store, when no call has it."""
+
+    async def find(engine: Engine) -> Continuation | None:
+        try:
+            return await engine.find(token)
+        except UnknownToken:
+            return None
+
+    found = run_engine(store, 0, find)
+    if found is None:
+        fail(f"no call has the continuation token {token!r} in the {store.description}")
+    return found
+
+
 async def auto_resume(engine: Engine, session_id: str) -> tuple[StepReport | None, str | None]:
     """Resume the session here: (its report, None); or (None, who) when a live process
     holds its lease, which then continues it."""
-    store = engine.store
-    holder = await anyio.to_thread.run_sync(live_holder, store, session_id)
+    holder = await engine.holder(session_id)
     if holder is not None:
         return None, holder
     try:
         return await engine.resume(session_id, lease_wait_s=RESUME_LEASE_WAIT_S), None
     except LeaseBusy:  # taken between the look and the try: the taker continues it
-        taker = await anyio.to_thread.run_sync(live_holder, store, session_id)
-        return None, taker or "another process"
+        return None, await engine.holder(session_id) or "another process"
 
 
 @session_app.command("complete")
@@ -375,10 +380,7 @@ def retry(
 ) -> None:
     """Run a call in unknown_outcome again (needs --force: it may have had its effects)."""
     with open_sessions(store) as opened:
-        with user_errors():
-            found = opened.find(token)
-        if found is None:
-            fail(f"no call has the continuation token {token!r} in the {opened.description}")
+        found = find_call(opened, token)
         session = run_engine(opened, 0, lambda e: e.retry(found.session_id, token, force=force))
     emit({"session_id": session.id, "status": session.status, "retried": found.call_id},
          as_json, lambda: echo(f"call {found.call_id} will run again"))  # fmt: skip
@@ -393,15 +395,11 @@ def list_sessions(
     """List the sessions in the store with their conditions (see `session show`)."""
     if status is not None and status not in CONDITIONS:
         fail(f"--status: expected one of {', '.join(CONDITIONS)}, got {status!r}")
-    rows = []
-    with open_sessions(store) as opened, user_errors():
-        now = now_of(opened)
-        for row in opened.list():
-            listed = opened.load(row.id)
-            found = conditions(listed, lease_of(opened, row.id), now)
-            if status is None or status in found:
-                reason = {"reason": listed.failure_reason} if listed.failure_reason else {}
-                rows.append({**row.__dict__, "conditions": found, **reason})
+    with open_sessions(store) as opened:
+        listed = run_engine(opened, 0, lambda e: e.list(status))
+    rows = [{**row.summary.__dict__, "conditions": row.conditions,
+             **({"reason": row.failure_reason} if row.failure_reason else {})}
+            for row in listed]  # fmt: skip
 
     def human() -> None:
         print_table(("session", "status", "conditions", "agent", "version"),
@@ -416,14 +414,12 @@ def show(
     session_id: SessionId, store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False
 ) -> None:
     """Show a session: its turns, its calls and their results."""
-    with open_sessions(store) as opened, user_errors():
-        session = opened.load(session_id)
-        lease, now = lease_of(opened, session_id), now_of(opened)
-        late = late_of(opened, session_id)
-    why = explain(session, lease, now)
+    with open_sessions(store) as opened:
+        shown = run_engine(opened, 0, lambda e: e.show(session_id))
+    session, late, why = shown.session, shown.late, shown.why()
     # Expiry is decided by time: a deferred call past it shows as expired even before
     # a process holding the lease records it (`overdue` marks those).
-    late_calls = {c.id for c in overdue(session, now)}
+    late_calls = {c.id for c in overdue(session, shown.now_ms)}
 
     def human() -> None:
         say("session ", plain(session.id, style="bold"), f" ({session.agent_slug}) is ",
@@ -442,4 +438,4 @@ def show(
         for call in session.calls.values():
             print_output(call)
 
-    emit(session_document(session, lease, now, late), as_json, human)
+    emit(shown.document(), as_json, human)

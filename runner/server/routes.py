@@ -29,8 +29,8 @@ from runner.session import (
     AgentError,
     Engine,
     LeaseBusy,
-    Session,
     SessionError,
+    SessionTail,
     StoreCapabilityError,
     ToolResult,
     TrackedCall,
@@ -38,7 +38,7 @@ from runner.session import (
     pending_entry,
 )
 from runner.session.agent import remember_files
-from runner.session.operator import CONDITIONS, conditions
+from runner.session.operator import CONDITIONS
 from runner.session.results import ResultError, result_from_value
 from runner.session.settings import AgentSettings
 from runner.stores import DurableStore, SessionNotFound, StoreError
@@ -216,24 +216,17 @@ async def list_sessions(
     if status is not None and status not in CONDITIONS:
         raise Problem(422, "invalid_field", f"query.status: expected one of"
                       f" {', '.join(CONDITIONS)}, got {status!r}")  # fmt: skip
-    store = config.store
-
-    def rows() -> list[dict[str, Any]]:
-        now, out = store.now_ms(), []
-        for row in store.list():
-            found = conditions(store.load(row.id), store.lease(row.id), now)
-            if status is None or status in found:
-                out.append({**row.__dict__, "conditions": found})
-        return out
-
-    return view_of(who).body({"sessions": await call(rows)})
+    with engine_errors():
+        listed = await config.engine.list(status)
+    rows = [{**row.summary.__dict__, "conditions": row.conditions} for row in listed]
+    return view_of(who).body({"sessions": rows})
 
 
 @router.get("/v1/sessions/{session_id}", responses=responses(404, 409, 422))
 async def show_session(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator", "viewer")
     with engine_errors():
-        return view_of(who).document(await config.engine.show(session_id))
+        return view_of(who).document((await config.engine.show(session_id)).document())
 
 
 @router.get("/v1/sessions/{session_id}/pending", responses=responses(404, 409, 422))
@@ -329,7 +322,7 @@ async def resume(
     return view_of(who).report(report)
 
 
-def resume_refusal(session: Session, options: ResumeOptions) -> str | None:
+def resume_refusal(session: SessionTail, options: ResumeOptions) -> str | None:
     """Why the engine would refuse this resume, in the API's words (it checks again
     under the lease: a session that changes meanwhile is refused in the CLI's)."""
     status, sid = session.status, session.id

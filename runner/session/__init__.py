@@ -23,7 +23,7 @@ protocol and the store only through its interfaces.
 
 from runner.session.agent import Agent, AgentError, ToolSpec, load_agent, parse_agent
 from runner.session.commands import UnknownToken
-from runner.session.engine import Engine, Pending
+from runner.session.engine import Engine, Listed, Pending, Shown
 from runner.session.execute import from_envelope, from_output, runner_for_spec
 from runner.session.gate import SessionError
 from runner.session.leases import LeaseBusy
@@ -61,6 +61,7 @@ from runner.state import (
     LlmTurn,
     PartialUserTurn,
     Session,
+    SessionTail,
     ToolCall,
     ToolResult,
     TrackedCall,
@@ -80,6 +81,7 @@ __all__ = [
     "Engine",
     "Label",
     "LeaseBusy",
+    "Listed",
     "LlmTurn",
     "LocalProcessSpec",
     "PartialUserTurn",
@@ -93,7 +95,9 @@ __all__ = [
     "RunSync",
     "Session",
     "SessionError",
+    "SessionTail",
     "SessionWorkerOptions",
+    "Shown",
     "StepReport",
     "StoreCapabilityError",
     "StoredAgents",

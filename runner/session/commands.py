@@ -8,7 +8,7 @@ from collections.abc import Callable
 from runner.session.gate import SessionError
 from runner.session.reports import WakeReport
 from runner.session.runtime import Opener
-from runner.state import Session, ToolResult, TrackedCall
+from runner.state import SessionTail, ToolResult, TrackedCall
 from runner.state.transitions import finish, move_call, set_status
 from runner.stores import Effect, SessionStore, VersionConflict
 
@@ -74,7 +74,7 @@ async def wake(
     raise SessionError(f"session {session_id} kept changing; wake gave up, try again")
 
 
-async def retry(open_: Opener, token: str, *, force: bool) -> Session:
+async def retry(open_: Opener, token: str, *, force: bool) -> SessionTail:
     """Run an `unknown_outcome` call again: only with `force`, since its first attempt
     may have had external effects. A deferred call (its claim lapsed) is deferred again,
     claimable by the next worker; any other call is ready for the next step."""
@@ -104,7 +104,7 @@ async def retry(open_: Opener, token: str, *, force: bool) -> Session:
         return session
 
 
-def freeze(store: SessionStore, session_id: str) -> Session:
+def freeze(store: SessionStore, session_id: str) -> SessionTail:
     """Stop the session where it is until `session resume` (compare-and-set; no lease:
     an operator's word). Nothing steps a frozen session, workers included."""
     session = store.load(session_id, history=False)
@@ -114,7 +114,7 @@ def freeze(store: SessionStore, session_id: str) -> Session:
     return store.save(session)
 
 
-def revive(session: Session) -> None:
+def revive(session: SessionTail) -> None:
     """A failed session back to running with a fresh model-call budget (`resume --retry`)."""
     if session.status != "failed":
         raise SessionError(f"session {session.id} is {session.status}, not failed;"
@@ -124,7 +124,7 @@ def revive(session: Session) -> None:
     session.llm_attempts, session.llm_next_attempt_ms = 0, None
 
 
-def cancel(store: SessionStore, session_id: str, now_ms: int) -> Session:
+def cancel(store: SessionStore, session_id: str, now_ms: int) -> SessionTail:
     """End the session and every call still open (compare-and-set, no lease)."""
     session = store.load(session_id, history=False)
     if session.status == "completed":

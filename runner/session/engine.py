@@ -22,6 +22,7 @@ from the store the first time), and the rest of the gate and the operation run w
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -38,7 +39,7 @@ from runner.session.agent import Agent, remember
 from runner.session.audit import AuditSetting, OpenedAudit, open_audit
 from runner.session.commands import UnknownToken
 from runner.session.gate import GateSettings, admit, leased
-from runner.session.operator import session_document
+from runner.session.operator import CONDITIONS, conditions, explain, session_document
 from runner.session.output import CallOutputBus
 from runner.session.reports import StepReport, WakeReport
 from runner.session.runners import SpecRunners
@@ -48,9 +49,17 @@ from runner.session.secrets import Keyring
 from runner.session.settings import DEFAULT_LEASE_SECONDS
 from runner.session.storage import Storage, require_durable
 from runner.session.stored import AGENTS_KEPT, StoredAgents
-from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, TrackedCall
+from runner.state import (
+    Attachment,
+    Clock,
+    Session,
+    SessionTail,
+    StoreAlignedClock,
+    ToolResult,
+    TrackedCall,
+)
 from runner.state.transitions import overdue
-from runner.stores import Continuation, DurableStore, SessionStore, ToolCache
+from runner.stores import Continuation, DurableStore, Lease, SessionStore, SessionSummary, ToolCache
 from runner.tools import ToolRegistry, default_tools
 
 logger = logging.getLogger(__name__)
@@ -61,11 +70,43 @@ Authorize = Callable[[TrackedCall], None]
 
 @dataclass(frozen=True)
 class Pending:
-    """A session's open calls as `pending` shows them: the session (its recent part)
-    and the ids of the calls whose expiry has passed."""
+    """A session's open calls as `pending` shows them: the session (its tail), the
+    ids of the calls whose expiry has passed, and the store's time that says so."""
+
+    session: SessionTail
+    overdue: frozenset[str]
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A session as an operator sees it (runner.session.operator): the whole session,
+    its lease (None for a store without leases), the store's time, and the results
+    that came after their calls ended (kept, not applied)."""
 
     session: Session
-    overdue: frozenset[str]
+    lease: Lease | None
+    now_ms: int
+    late: list[tuple[str, ToolResult]]
+
+    def document(self) -> dict[str, Any]:
+        """What `session show --json` prints and GET /v1/sessions/{id} returns."""
+        return session_document(self.session, self.lease, self.now_ms, self.late)
+
+    def why(self) -> str:
+        """Why the session is where it is, and what unsticks it, in words."""
+        return explain(self.session, self.lease, self.now_ms)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A session as `session list` shows it: its summary, its conditions (read from the
+    whole session), and why it failed or was quarantined, if it was."""
+
+    summary: SessionSummary
+    conditions: list[str]
+    failure_reason: str | None
+    quarantine_reason: str | None
 
 
 class Engine:
@@ -222,36 +263,74 @@ class Engine:
         return await commands.wake(self._opener(session_id), session_id, list(results),
                                    authorize)  # fmt: skip
 
-    async def retry(self, session_id: str, token: str, *, force: bool = False) -> Session:
+    async def retry(self, session_id: str, token: str, *, force: bool = False) -> SessionTail:
         """Run an `unknown_outcome` call again: only with `force`."""
         return await commands.retry(self._opener(session_id), token, force=force)
 
-    async def freeze(self, session_id: str) -> Session:
+    async def freeze(self, session_id: str) -> SessionTail:
         """Stop the session where it is, for every process, until `resume`."""
         return await anyio.to_thread.run_sync(commands.freeze, self.store, session_id)
 
-    async def cancel(self, session_id: str) -> Session:
+    async def cancel(self, session_id: str) -> SessionTail:
         """End the session and every call still open."""
         now = self.clock.now_ms()
         return await anyio.to_thread.run_sync(commands.cancel, self.store, session_id, now)
 
+    # --- reads (no lease: what an operator is shown) -----------------------------------
+
     async def pending(self, session_id: str) -> Pending:
+        """The session's open calls (its tail holds them all), and which are overdue."""
+
         def read() -> Pending:
             session = self.store.load(session_id, history=False)
-            late = overdue(session, self._now())
-            return Pending(session, frozenset(c.id for c in late))
+            now = self._now()
+            late = overdue(session, now)
+            return Pending(session, frozenset(c.id for c in late), now)
 
         return await anyio.to_thread.run_sync(read)
 
-    async def show(self, session_id: str) -> dict[str, Any]:
-        """The session as an operator sees it (runner.session.operator)."""
+    async def show(self, session_id: str) -> Shown:
+        """The whole session as an operator sees it (runner.session.operator)."""
 
-        def read() -> dict[str, Any]:
+        def read() -> Shown:
             session = self.store.load(session_id)
-            durable = self.store if isinstance(self.store, DurableStore) else None
+            durable = self._durable_store
             lease = durable.lease(session_id) if durable else None
             late = durable.late_results(session_id) if durable else []
-            return session_document(session, lease, self._now(), late)
+            return Shown(session, lease, self._now(), late)
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def list(self, condition: str | None = None) -> builtins.list[Listed]:
+        """Every session in the store, oldest update first, with its conditions; only
+        those in `condition` (one of operator.CONDITIONS), if given."""
+        if condition is not None and condition not in CONDITIONS:
+            raise ValueError(f"condition: expected one of {', '.join(CONDITIONS)},"
+                             f" got {condition!r}")  # fmt: skip
+
+        def read() -> builtins.list[Listed]:
+            durable, now, rows = self._durable_store, self._now(), []
+            for summary in self.store.list():
+                session = self.store.load(summary.id)
+                lease = durable.lease(summary.id) if durable else None
+                found = conditions(session, lease, now)
+                if condition is None or condition in found:
+                    rows.append(Listed(summary, found, session.failure_reason,
+                                       session.quarantine_reason))  # fmt: skip
+            return rows
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def holder(self, session_id: str) -> str | None:
+        """Who holds the session's lease and is still renewing it, if anyone (nobody,
+        in a store without leases)."""
+
+        def read() -> str | None:
+            durable = self._durable_store
+            lease = durable.lease(session_id) if durable else None
+            if lease is not None and lease.owner and lease.expires_ms > self._now():
+                return lease.owner
+            return None
 
         return await anyio.to_thread.run_sync(read)
 
@@ -278,6 +357,10 @@ class Engine:
         return await self.complete(token, ToolResult.error("TOOL_FAILED", reason), authorize)
 
     # --- plumbing ----------------------------------------------------------------------
+
+    @property
+    def _durable_store(self) -> DurableStore | None:
+        return self.store if isinstance(self.store, DurableStore) else None
 
     def _now(self) -> int:
         store = self.store
@@ -313,4 +396,4 @@ class Engine:
         return opened
 
 
-__all__ = ["Authorize", "Engine", "Pending"]
+__all__ = ["Authorize", "Engine", "Listed", "Pending", "Shown"]

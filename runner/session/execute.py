@@ -74,7 +74,7 @@ from runner.session.policy import (
 )
 from runner.session.runtime import Runtime
 from runner.session.schemas import InvalidSchema, argument_error
-from runner.state import Session, ToolResult, TrackedCall
+from runner.state import SessionTail, ToolResult, TrackedCall
 from runner.state.effects import unknown_if_interrupted, unknown_outcome
 from runner.stores import Effect
 from runner.stores.base import EffectState
@@ -139,7 +139,7 @@ class CallExecutor:
     and ledger row is written under its fence (stale: refused)."""
 
     rt: Runtime
-    session: Session
+    session: SessionTail
     holder: Holder
 
     async def run(self, call: TrackedCall, disposition: AnyDisposition) -> ToolResult:

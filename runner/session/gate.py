@@ -5,8 +5,8 @@ Inside the lease, in order: quarantine a session whose holders keep dying (the l
 counts takeovers in a row); after any takeover, sweep what the dead holder left running
 (in a thread: it scans /proc and asks the Docker engine); refuse an older session schema
 or a changed agent definition unless told to migrate or allow it; expire deferred calls
-whose time is up. Then the caller gets the session (only its recent part, see
-runner.state.Session) and the holder whose fence every commit carries.
+whose time is up. Then the caller gets the session (only its tail, what can still change:
+runner.state.SessionTail) and the holder whose fence every commit carries.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from runner.session.storage import Storage
 from runner.state import (
     SCHEMA_CHANGES,
     SESSION_SCHEMA_VERSION,
-    Session,
+    SessionTail,
     StoreAlignedClock,
     migrate,
 )
@@ -56,7 +56,7 @@ class GateSettings:
 @asynccontextmanager
 async def open_session(
     rt: Runtime, settings: GateSettings, session_id: str, wait_s: float | None = None
-) -> AsyncIterator[tuple[Session, Holder]]:
+) -> AsyncIterator[tuple[SessionTail, Holder]]:
     """The gate for an engine that knows its agent before the session (DurableAgent)."""
     async with leased(rt.storage, settings, session_id, wait_s) as (session, holder):
         await admit(rt, settings, session, holder)
@@ -67,7 +67,7 @@ async def open_session(
 async def leased(
     storage: Storage, settings: GateSettings, session_id: str, wait_s: float | None = None,
     *, exists: bool = False,
-) -> AsyncIterator[tuple[Session, Holder]]:  # fmt: skip
+) -> AsyncIterator[tuple[SessionTail, Holder]]:  # fmt: skip
     """Hold the session's lease and load it: the one load an operation makes under the
     lease, from which the Engine learns the session's agent. `exists`: the caller has
     just seen the session (found by token, offered as due), so no lease is taken on
@@ -79,7 +79,7 @@ async def leased(
         yield await storage.run(storage.store.load, session_id, history=False), holder
 
 
-async def admit(rt: Runtime, settings: GateSettings, session: Session, holder: Holder) -> None:
+async def admit(rt: Runtime, settings: GateSettings, session: SessionTail, holder: Holder) -> None:
     """What the gate does with a leased session before anyone touches it (the module)."""
     if holder.lease is not None and isinstance(rt.clock, StoreAlignedClock):
         # The lease began at the store's now: the engine's clock follows it, free.
@@ -102,7 +102,7 @@ async def admit(rt: Runtime, settings: GateSettings, session: Session, holder: H
 
 
 async def _check_versions(
-    rt: Runtime, settings: GateSettings, session: Session, holder: Holder
+    rt: Runtime, settings: GateSettings, session: SessionTail, holder: Holder
 ) -> None:
     if session.schema_version < SESSION_SCHEMA_VERSION:
         if not settings.migrate:
@@ -129,7 +129,7 @@ async def _check_versions(
         await rt.commit(session, holder)
 
 
-async def _agent_changes(rt: Runtime, session: Session) -> str | None:
+async def _agent_changes(rt: Runtime, session: SessionTail) -> str | None:
     """What differs between the session's stored agent and this one (its execution
     mode aside: commands may choose it), or None."""
     if session.agent_hash == rt.agent.hash:

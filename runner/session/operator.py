@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from runner.session.secrets import redact
-from runner.state import Session, ToolResult
+from runner.state import SessionTail, ToolResult
 from runner.state.transitions import overdue
 from runner.stores.base import Lease
 
@@ -22,7 +22,10 @@ CONDITIONS = ("running", "waiting", "stuck", "expired", "unknown_outcome", "quar
               "failed", "call_failed", "frozen", "cancelled", "completed")  # fmt: skip
 
 
-def conditions(session: Session, lease: Lease | None, now_ms: int) -> list[str]:
+def conditions(session: SessionTail, lease: Lease | None, now_ms: int) -> list[str]:
+    """The conditions of `session` (see the module). Call states are read from the calls
+    it holds: a tail's leave out calls that ended before its last turn, so a list that
+    filters on them gives it the whole Session."""
     found: list[str] = [session.status]
     if lease is not None and lease.owner and lease.expires_ms <= now_ms:
         found.append("stuck")
@@ -34,7 +37,7 @@ def conditions(session: Session, lease: Lease | None, now_ms: int) -> list[str]:
     return found
 
 
-def explain(session: Session, lease: Lease | None, now_ms: int) -> str:
+def explain(session: SessionTail, lease: Lease | None, now_ms: int) -> str:
     """One paragraph: why the session is where it is, and what unsticks it."""
     lines: list[str] = []
     if lease is not None and lease.owner:
@@ -77,7 +80,7 @@ def explain(session: Session, lease: Lease | None, now_ms: int) -> str:
     return "\n".join(lines) or session.status
 
 
-def _model_retry(session: Session, now_ms: int) -> str:
+def _model_retry(session: SessionTail, now_ms: int) -> str:
     used = (f"the model call has used {session.llm_attempts} attempt(s), the last failed:"
             f" {session.llm_last_error}")  # fmt: skip
     due = session.llm_next_attempt_ms
@@ -92,7 +95,7 @@ def _ago(when_ms: int, now_ms: int) -> str:
 
 
 def session_document(
-    session: Session, lease: Lease | None, now_ms: int, late: list[tuple[str, ToolResult]]
+    session: SessionTail, lease: Lease | None, now_ms: int, late: list[tuple[str, ToolResult]]
 ) -> dict[str, Any]:
     """The session as JSON plus `why`, `late_results` and `conditions` (what `session
     show --json` prints and the server's GET /v1/sessions/{id} returns). A deferred call

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from runner.llm import (
     ContentPart,
@@ -28,16 +28,16 @@ from runner.llm import (
 )
 from runner.session.agent import Agent
 from runner.session.policy import Defer, unwrap
-from runner.state import Attachment, LlmTurn, Session, Turn, UserTurn
+from runner.state import Attachment, LlmTurn, Session, SessionTail, Turn, UserTurn
 
 #: Sessions whose sent messages a Conversations keeps.
 CONVERSATION_CACHE_SIZE = 256
 
 
 def llm_request(agent: Agent, session: Session) -> LLMRequest:
-    """The whole request, built from scratch (`session` must hold its whole history)."""
-    session.require_history("the LLM's next request")
-    messages = [m for turn in session.turns for m in turn_messages(turn)]
+    """The whole request, built from scratch from the whole session."""
+    whole = session.require_history("the LLM's next request")  # a tail given untyped
+    messages = [m for turn in whole.turns for m in turn_messages(turn)]
     return LLMRequest(agent.system_prompt, tuple(messages), tool_definitions(agent))
 
 
@@ -87,9 +87,16 @@ class Conversations:
         self._size = size
         self._lock = threading.Lock()
 
-    def prompt(self, session: Session) -> Prompt | None:
+    @overload
+    def prompt(self, session: Session) -> Prompt: ...
+
+    @overload
+    def prompt(self, session: SessionTail) -> Prompt | None: ...
+
+    def prompt(self, session: SessionTail) -> Prompt | None:
         """The next request for `session`, or None when the turns between what is kept
-        and what `session` holds are in neither: give it again with its history."""
+        and what a tail holds are in neither: give it again with its history (a whole
+        Session always has its prompt)."""
         with self._lock:
             kept = self._kept.get(session.id)
             if kept is not None and not session.first_turn <= kept.turns <= session.turn_count:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runner.session.secrets import redact
-from runner.state import Session, SessionStatus, TrackedCall
+from runner.state import SessionStatus, SessionTail, TrackedCall
 
 #: llm_retry: the model call failed and will be tried again (`llm_next_attempt_ms`);
 #: llm_failed: it failed for good and the session is `failed`.
@@ -17,7 +17,7 @@ StepAction = Literal["llm_turn", "ran_calls", "nothing", "llm_retry", "llm_faile
 class StepReport:
     """What one step (or a whole resume) did and where the session stands."""
 
-    session: Session
+    session: SessionTail
     action: StepAction
     ran: tuple[str, ...] = ()  # ids of the calls run
 
@@ -42,7 +42,7 @@ class StepReport:
         return out
 
 
-def waiting_reason(session: Session) -> str:
+def waiting_reason(session: SessionTail) -> str:
     states = {("deferred" if c.state == "deferred" else "isolated") for c in session.waiting_on()}
     if states == {"deferred"}:
         return "waiting on deferred calls"
@@ -78,7 +78,7 @@ class WakeReport:
     conflicting: the call ended with a different result, this one was refused;
     late: the call had expired, the result is kept as late and changes nothing."""
 
-    session: Session
+    session: SessionTail
     applied: tuple[str, ...]
     already_completed: tuple[str, ...]
     conflicting: tuple[str, ...] = ()

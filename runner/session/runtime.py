@@ -24,7 +24,7 @@ from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations
 from runner.session.secrets import Keyring
 from runner.session.storage import Storage
-from runner.state import Clock, Session
+from runner.state import Clock, SessionTail
 from runner.state.transitions import settle
 from runner.stores import ToolCache
 from runner.tools import ToolRegistry
@@ -60,7 +60,7 @@ class Runtime:
             return runner
         return AuditedRunner(runner, self.audit, fail_closed=self.audit_fail_closed)
 
-    async def commit(self, session: Session, holder: Holder) -> None:
+    async def commit(self, session: SessionTail, holder: Holder) -> None:
         """Save under the lease's fence; the session takes the new version."""
         storage = self.storage
         if storage.durable is not None:
@@ -69,14 +69,14 @@ class Runtime:
             stored = await storage.run(storage.store.save, session)
         session.version, session.updated_ms = stored.version, stored.updated_ms
 
-    async def settle_and_commit(self, session: Session, holder: Holder) -> None:
+    async def settle_and_commit(self, session: SessionTail, holder: Holder) -> None:
         settle(session)
         await self.commit(session, holder)
 
 
 #: What an operation runs in once the gate let it in: its Runtime, the session (loaded
 #: once, under the lease) and the holder whose fence every commit carries.
-Opened = tuple[Runtime, Session, Holder]
+Opened = tuple[Runtime, SessionTail, Holder]
 #: Opens the gate for one session, each time it is entered (`wake` re-enters it after a
 #: lost race): DurableAgent's and the Engine's differ only in how they find the agent.
 Opener = Callable[[], AbstractAsyncContextManager[Opened]]

@@ -43,7 +43,15 @@ from runner.session.runtime import Opened, Opener, RunnerFactory, Runtime
 from runner.session.secrets import Keyring
 from runner.session.settings import DEFAULT_LEASE_SECONDS, AgentSettings, with_egress_network
 from runner.session.storage import Storage, require_durable
-from runner.state import Attachment, Clock, Session, StoreAlignedClock, ToolResult, UserTurn
+from runner.state import (
+    Attachment,
+    Clock,
+    Session,
+    SessionTail,
+    StoreAlignedClock,
+    ToolResult,
+    UserTurn,
+)
 from runner.stores import DurableStore, SessionStore, ToolCache
 from runner.tools import ToolRegistry, default_tools
 
@@ -164,16 +172,16 @@ class DurableAgent:
         """Give open calls their results by token (see commands.wake)."""
         return await commands.wake(self.opener(session_id), session_id, list(results))
 
-    async def retry(self, session_id: str, token: str, *, force: bool = False) -> Session:
+    async def retry(self, session_id: str, token: str, *, force: bool = False) -> SessionTail:
         """Run an `unknown_outcome` call again: only with `force`."""
         return await commands.retry(self.opener(session_id), token, force=force)
 
-    def freeze(self, session_id: str) -> Session:
+    def freeze(self, session_id: str) -> SessionTail:
         """Stop the session from being stepped until `resume`. Synchronous (one store
         call): from async code, call it in a worker thread."""
         return commands.freeze(self.store, session_id)
 
-    def cancel(self, session_id: str) -> Session:
+    def cancel(self, session_id: str) -> SessionTail:
         """Synchronous (one store call): from async code, call it in a worker thread."""
         return commands.cancel(self.store, session_id, self.clock.now_ms())
 

@@ -52,13 +52,14 @@ from runner.session.secrets import redact, redacted_names, unavailable
 from runner.state import (
     LlmTurn,
     PartialUserTurn,
-    Session,
+    SessionTail,
     ToolCall,
     ToolResult,
     TrackedCall,
     UserTurn,
     new_token,
 )
+from runner.state.dispositions import detached
 from runner.state.transitions import finish, move_call, runnable, set_status, settle
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class _Stepped(NamedTuple):
 
 
 async def resume(
-    rt: Runtime, session: Session, holder: Holder, *, stop_at_backoff: bool = False
+    rt: Runtime, session: SessionTail, holder: Holder, *, stop_at_backoff: bool = False
 ) -> StepReport:
     """Step while the session is running. `stop_at_backoff` (a worker): stop instead of
     waiting out a model-call backoff, so the lease is let go and the session is due again,
@@ -95,13 +96,13 @@ async def resume(
     return replace(stepped.report, ran=tuple(ran))
 
 
-async def step(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+async def step(rt: Runtime, session: SessionTail, holder: Holder) -> StepReport:
     """One step."""
     return (await _step(rt, session, holder, more=False, counted=False)).report
 
 
 async def _step(
-    rt: Runtime, session: Session, holder: Holder, *, more: bool, counted: bool
+    rt: Runtime, session: SessionTail, holder: Holder, *, more: bool, counted: bool
 ) -> _Stepped:
     """One step. `more`: the caller steps again at once while the session is running, so
     a step that ends with the calls' results counts the next model call's attempt in its
@@ -123,18 +124,18 @@ async def _step(
     raise SessionError(f"session {session.id} ends with an LLM turn and no calls; corrupt?")
 
 
-async def run_detached(rt: Runtime, session: Session, holder: Holder) -> StepReport:
+async def run_detached(rt: Runtime, session: SessionTail, holder: Holder) -> StepReport:
     """Run the detached RunIsolated calls the session waits on."""
-    detached = [c for c in session.waiting_on() if c.state in ("ready", "running")]
-    if not detached or session.status in ("frozen", "quarantined", "failed", "cancelled"):
+    left = [c for c in session.waiting_on() if c.state in ("ready", "running")]
+    if not left or session.status in ("frozen", "quarantined", "failed", "cancelled"):
         return StepReport(session, "nothing")
-    return (await _run_calls(rt, session, detached, holder)).report
+    return (await _run_calls(rt, session, left, holder)).report
 
 
 # --- the two kinds of step ----------------------------------------------------------------
 
 
-async def _llm_step(rt: Runtime, session: Session, holder: Holder, counted: bool) -> StepReport:
+async def _llm_step(rt: Runtime, session: SessionTail, holder: Holder, counted: bool) -> StepReport:
     """Ask the LLM for the next turn, under the model-call budget stored with the session:
     wait out a backoff begun earlier (by this process or one that died), count the attempt
     in the store before the request (a kill mid-request still spends it; `counted`: the
@@ -158,7 +159,6 @@ async def _llm_step(rt: Runtime, session: Session, holder: Holder, counted: bool
         prompt = rt.conversations.prompt(
             await rt.storage.run(rt.storage.store.with_history, session)
         )
-        assert prompt is not None, "a session with its history always has a prompt"
     try:
         response = await rt.llm.complete(prompt.request)
     except LLMClosedError:
@@ -187,14 +187,16 @@ async def _llm_step(rt: Runtime, session: Session, holder: Holder, counted: bool
     return StepReport(session, "llm_turn")
 
 
-def backoff_left_ms(session: Session, now_ms: int) -> int:
+def backoff_left_ms(session: SessionTail, now_ms: int) -> int:
     """How long the session's next model call must still wait (0: it may start now)."""
     if session.llm_next_attempt_ms is None:
         return 0
     return max(0, session.llm_next_attempt_ms - now_ms)
 
 
-async def _model_error(rt: Runtime, session: Session, holder: Holder, exc: LLMError) -> StepReport:
+async def _model_error(
+    rt: Runtime, session: SessionTail, holder: Holder, exc: LLMError
+) -> StepReport:
     budget, attempts = rt.agent.llm_retries, session.llm_attempts
     session.llm_last_error = str(exc)
     if not exc.retryable:
@@ -215,7 +217,7 @@ async def _model_error(rt: Runtime, session: Session, holder: Holder, exc: LLMEr
     return StepReport(session, "llm_retry")
 
 
-async def _model_failed(rt: Runtime, session: Session, holder: Holder, why: str) -> StepReport:
+async def _model_failed(rt: Runtime, session: SessionTail, holder: Holder, why: str) -> StepReport:
     session.failure_reason = f"the model call failed ({why})"
     session.llm_next_attempt_ms = None
     set_status(session, "failed")
@@ -226,7 +228,7 @@ async def _model_failed(rt: Runtime, session: Session, holder: Holder, why: str)
 
 
 def _track(
-    rt: Runtime, session: Session, turn: int, requested: RequestedCall, context: PolicyContext
+    rt: Runtime, session: SessionTail, turn: int, requested: RequestedCall, context: PolicyContext
 ) -> TrackedCall:
     """The call as the runtime tracks it: ready, deferred, or ended at once.
 
@@ -279,7 +281,7 @@ def _synchronous(
     runs its built-in, or fails saying deferral needs asynchronous mode. runAsync calls
     are awaited within the step (see `_execute`). Decorators are kept."""
     _, base = unwrap(disposition)
-    if isinstance(base, RunIsolated) and not base.attached:
+    if isinstance(base, RunIsolated) and detached(to_json(base)):
         return rebase(disposition, base.model_copy(update={"attached": True})), None
     if isinstance(base, Defer):
         if builtin:
@@ -294,7 +296,7 @@ def _synchronous(
     return disposition, None
 
 
-async def _call_step(rt: Runtime, session: Session, holder: Holder, more: bool) -> _Stepped:
+async def _call_step(rt: Runtime, session: SessionTail, holder: Holder, more: bool) -> _Stepped:
     calls = runnable(session)
     if not calls:
         await rt.settle_and_commit(session, holder)
@@ -303,7 +305,7 @@ async def _call_step(rt: Runtime, session: Session, holder: Holder, more: bool) 
 
 
 async def _run_calls(
-    rt: Runtime, session: Session, calls: list[TrackedCall], holder: Holder, more: bool = False
+    rt: Runtime, session: SessionTail, calls: list[TrackedCall], holder: Holder, more: bool = False
 ) -> _Stepped:
     now = rt.clock.now_ms()
     plans = [(c, _disposition(rt, session, c)) for c in calls]
@@ -323,7 +325,7 @@ async def _run_calls(
     return _Stepped(StepReport(session, "ran_calls", ran), counted)
 
 
-async def _commit_results(rt: Runtime, session: Session, holder: Holder, more: bool) -> bool:
+async def _commit_results(rt: Runtime, session: SessionTail, holder: Holder, more: bool) -> bool:
     """Settle and commit the calls' results. When that makes a user turn of results and
     the next step (`more`) asks the model at once, the commit also counts that request's
     attempt, as `_llm_step` would in a commit of its own: the count is in the store
@@ -379,7 +381,7 @@ async def _execute(
     return finished
 
 
-def _disposition(rt: Runtime, session: Session, call: TrackedCall) -> AnyDisposition:
+def _disposition(rt: Runtime, session: SessionTail, call: TrackedCall) -> AnyDisposition:
     disposition = from_json(call.disposition)
     if redacted_names(call.disposition):
         disposition = _with_secrets(rt, session, call, disposition)
@@ -390,7 +392,7 @@ def _disposition(rt: Runtime, session: Session, call: TrackedCall) -> AnyDisposi
 
 
 def _with_secrets(
-    rt: Runtime, session: Session, call: TrackedCall, stored: AnyDisposition
+    rt: Runtime, session: SessionTail, call: TrackedCall, stored: AnyDisposition
 ) -> AnyDisposition:
     """The stored disposition with its spec's env values, which are never stored: the
     agent's policy gives the call its spec again, which must be the stored one, values

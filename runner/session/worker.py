@@ -32,7 +32,7 @@ import anyio.to_thread
 from runner.session.engine import Engine
 from runner.session.leases import LeaseBusy
 from runner.session.storage import require_durable
-from runner.state import Session
+from runner.state import SessionTail
 from runner.stores import DurableStore
 
 _logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def _idle(store: DurableStore, resting: dict[str, float]) -> bool:
     return all(row.id in resting for row in store.list("running"))
 
 
-def describe(session: Session) -> str:
+def describe(session: SessionTail) -> str:
     """What the log line adds for a session that failed or backs off a model call."""
     if session.status == "failed":
         return f"; failed: {session.failure_reason} (`session resume --retry` tries again)"

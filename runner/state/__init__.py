@@ -25,6 +25,8 @@ from runner.state.models import (
     PartialUserTurn,
     Session,
     SessionStatus,
+    SessionT,
+    SessionTail,
     ToolCall,
     ToolResult,
     ToolResultEntry,
@@ -35,6 +37,7 @@ from runner.state.models import (
     migrate,
     new_token,
     now_ms,
+    tail_from,
 )
 from runner.state.transitions import IllegalTransition
 
@@ -57,6 +60,8 @@ __all__ = [
     "PartialUserTurn",
     "Session",
     "SessionStatus",
+    "SessionT",
+    "SessionTail",
     "StoreAlignedClock",
     "SystemClock",
     "ToolCall",
@@ -69,4 +74,5 @@ __all__ = [
     "migrate",
     "new_token",
     "now_ms",
+    "tail_from",
 ]

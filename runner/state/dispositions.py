@@ -17,6 +17,9 @@ def unwrap_stored(disposition: dict[str, Any]) -> tuple[list[dict[str, Any]], di
 
 
 def detached(disposition: dict[str, Any]) -> bool:
-    """An isolated call left for a worker to claim (`attached: false`), not run in the step."""
+    """An isolated call left for a worker to claim (`attached: false`), not run in the step.
+    The one rule: a stored call's wait (Session.waiting_on), how it is described
+    (policy.describe_json) and a synchronous agent's running it attached (the stepper,
+    which gives a model its JSON) all ask it."""
     base = unwrap_stored(disposition)[1]
     return base.get("tag") == "runIsolated" and base.get("attached") is False

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from runner.state.models import SESSION_STATUSES, Session, TrackedCall
+from runner.state.models import SESSION_STATUSES, SessionTail, TrackedCall
 
 SESSION_CREATED = "session.created"
 #: Every kind an event can have, in the order docs/events.md lists them.
@@ -63,7 +63,7 @@ class NewEvent:
 
 
 def derive_events(
-    session: Session,
+    session: SessionTail,
     written: Iterable[TrackedCall],
     stored_status: str | None,
     stored_states: Mapping[str, str],
@@ -87,7 +87,7 @@ def derive_events(
     return events
 
 
-def _session_event(kind: str, session: Session, before: str | None) -> NewEvent:
+def _session_event(kind: str, session: SessionTail, before: str | None) -> NewEvent:
     data: dict[str, Any] = {
         "session_id": session.id,
         "status": session.status,

@@ -4,9 +4,10 @@ Every model round-trips exactly through JSON (`Session.to_json` / `Session.from_
 the store keeps that document, so nothing needed to continue lives only in memory.
 
 Models are plain values: no I/O, no cache, no link to a store. A store may hand out only
-the recent part of a session (see `Session`); turns are append only (only the last one is
-replaced, when a partial user turn folds) and a terminal call never changes, so a store
-can tell what is new by itself. How states move is in transitions.py.
+the recent part of a session, a `SessionTail` (a `Session` is the whole one); turns are
+append only (only the last one is replaced, when a partial user turn folds) and a
+terminal call never changes, so a store can tell what is new by itself. How states move
+is in transitions.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -213,14 +214,19 @@ class HistoryNotLoaded(Exception):
     """Something needed the whole conversation, but only its recent part was loaded."""
 
 
-class Session(Model):
-    """A session as a plain value: what the store holds, or the recent part of it.
+class SessionTail(Model):
+    """What of a session can still change: its header, its turns from `first_turn` on
+    and its calls that may still change (the open ones and those of the last turn).
 
-    A store may hand out only what can still change (`load(..., history=False)`): then
-    `turns` starts at turn `first_turn` (the last stored turn) and `calls` holds the open
-    calls and those of the last turn. Turns before it and calls that ended before it
-    never change; `with_history(session)` reads them when something needs the whole
-    conversation (the LLM's next request, an operator's view): it is always asked for.
+    A store hands one out from `load(..., history=False)`: then `turns` starts at turn
+    `first_turn` (the last stored turn) and `calls` holds the open calls and those of
+    the last LLM turn. Turns before it and calls that ended before it never change;
+    `with_history(tail)` reads them when something needs the whole conversation (the
+    LLM's next request, an operator's view) and returns a `Session`. Code that needs
+    the whole conversation takes a `Session`, so it cannot be given a tail by mistake;
+    code that only advances a session (a step, a wake, a commit) takes a tail, which a
+    whole Session also is. A store hands out a tail that holds everything (it begins at
+    turn 0) as a Session.
     """
 
     id: str
@@ -257,12 +263,16 @@ class Session(Model):
         """True when every turn and call is here (not only the recent part)."""
         return self.first_turn == 0
 
-    def require_history(self, purpose: str) -> None:
+    def require_history(self, purpose: str) -> Session:
+        """This session as a whole `Session` (itself, when it is one); HistoryNotLoaded
+        when it holds only its recent part. The types already keep a tail from code that
+        needs a Session: this is the check at run time, for callers the types miss."""
         if not self.has_history:
             raise HistoryNotLoaded(
                 f"session {self.id}: {purpose} needs its whole history, but only the turns"
                 f" from {self.first_turn} on were loaded; load it with its history first"
             )
+        return self if isinstance(self, Session) else Session.joined(self, self.turns, self.calls)
 
     @property
     def turn_count(self) -> int:
@@ -278,21 +288,8 @@ class Session(Model):
     def call(self, call_id: str) -> TrackedCall:
         return self.calls[call_id]
 
-    @classmethod
-    def start(cls, agent_slug: str, agent_hash: str, prompt: str) -> Session:
-        return cls(
-            id=f"s-{uuid.uuid4()}",
-            agent_slug=agent_slug,
-            agent_hash=agent_hash,
-            turns=[UserTurn(text=prompt)],
-        )
-
     def to_json(self) -> str:
         return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> Session:
-        return cls.model_validate_json(text)
 
     def call_by_token(self, token: str) -> TrackedCall | None:
         """The call with this continuation token, among the calls held."""
@@ -323,6 +320,49 @@ class Session(Model):
         return self.turns[-1] if self.turns else None
 
 
+class Session(SessionTail):
+    """A whole session: every turn and every call, what the store holds (a tail that
+    begins at turn 0). What a session is made of is SessionTail's fields."""
+
+    #: A whole session begins at the first turn.
+    first_turn: Literal[0] = 0
+
+    @classmethod
+    def start(cls, agent_slug: str, agent_hash: str, prompt: str) -> Session:
+        return cls(
+            id=f"s-{uuid.uuid4()}",
+            agent_slug=agent_slug,
+            agent_hash=agent_hash,
+            turns=[UserTurn(text=prompt)],
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Session:
+        return cls.model_validate_json(text)
+
+    @classmethod
+    def joined(cls, tail: SessionTail, turns: list[Turn], calls: dict[str, TrackedCall]) -> Session:
+        """The whole session `tail` is the end of: its header with `turns` and `calls`,
+        which are all of them (a shallow copy, as `model_copy` makes)."""
+        values = {**tail.__dict__, "first_turn": 0, "turns": turns, "calls": calls}
+        fields = tail.model_fields_set | {"turns", "calls"}
+        return cls.model_construct(_fields_set=fields, **values)
+
+
+def tail_from(session: SessionTail, first_turn: int, **update: Any) -> SessionTail:
+    """`session` with `update`, holding the turns from `first_turn` on (a shallow copy,
+    as `model_copy` makes): a Session when that is the first turn, so that a store's
+    tail is whole exactly when it holds everything."""
+    kind = Session if first_turn == 0 else SessionTail
+    values = {**session.__dict__, **update, "first_turn": first_turn}
+    fields = session.model_fields_set | update.keys()
+    return kind.model_construct(_fields_set=fields, **values)
+
+
+#: A session or a tail, whichever is given (a store's `save` returns what it was given).
+SessionT = TypeVar("SessionT", bound=SessionTail)
+
+
 def load_document(text: str | bytes) -> Session:
     """A stored session document; one from a newer program is refused by name."""
     data = json.loads(text)
@@ -335,7 +375,7 @@ def load_document(text: str | bytes) -> Session:
     return Session.model_validate(data)
 
 
-def migrate(session: Session) -> Session:
+def migrate(session: SessionT) -> SessionT:
     """Bring an older session document to SESSION_SCHEMA_VERSION (every change so far
     only added fields with defaults, or renamed a status that `Session` reads under its
     new name, so the document itself needs no rewriting)."""

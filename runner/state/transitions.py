@@ -20,8 +20,8 @@ from runner.state.models import (
     UNKNOWN_OUTCOME,
     CallState,
     PartialUserTurn,
-    Session,
     SessionStatus,
+    SessionTail,
     ToolResult,
     ToolResultEntry,
     TrackedCall,
@@ -95,7 +95,7 @@ def move_call(call: TrackedCall, state: CallState, now_ms: int) -> None:
     call.state, call.updated_ms = state, now_ms
 
 
-def set_status(session: Session, status: SessionStatus) -> None:
+def set_status(session: SessionTail, status: SessionStatus) -> None:
     if session.status != status and (session.status, status) not in _SESSION:
         raise IllegalTransition(f"session {session.id}: {session.status} -> {status}")
     session.status = status
@@ -116,14 +116,14 @@ def finish(call: TrackedCall, result: ToolResult, now_ms: int) -> None:
     call.result = result
 
 
-def overdue(session: Session, now_ms: int) -> list[TrackedCall]:
+def overdue(session: SessionTail, now_ms: int) -> list[TrackedCall]:
     """Deferred calls whose expiry has passed: expired by time, whether or not a
     process has recorded it yet (what `show`, `list` and `pending` report)."""
     return [c for c in session.open_calls() if c.state == "deferred"
             and c.expires_ms is not None and c.expires_ms <= now_ms]  # fmt: skip
 
 
-def expire_due(session: Session, now_ms: int) -> bool:
+def expire_due(session: SessionTail, now_ms: int) -> bool:
     """Move deferred calls whose expiry has passed to `expired`; True if any moved."""
     moved = False
     for call in overdue(session, now_ms):
@@ -136,7 +136,7 @@ def expire_due(session: Session, now_ms: int) -> bool:
     return moved
 
 
-def runnable(session: Session) -> list[TrackedCall]:
+def runnable(session: SessionTail) -> list[TrackedCall]:
     """Open calls a step runs itself: ready (or left running by a process that died),
     and not waiting for something outside."""
     outside = {c.id for c in session.waiting_on()}
@@ -144,7 +144,7 @@ def runnable(session: Session) -> list[TrackedCall]:
             if c.state in ("ready", "running") and c.id not in outside]  # fmt: skip
 
 
-def settle(session: Session) -> None:
+def settle(session: SessionTail) -> None:
     """Fold the partial user turn once all its calls ended, then running or waiting."""
     last = session.last_turn
     if isinstance(last, PartialUserTurn):

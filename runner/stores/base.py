@@ -31,10 +31,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol, Self, overload
 
 from runner.isolation.audit import AuditQuery, AuditRecord
-from runner.state import Session, ToolResult, TrackedCall
+from runner.state import Session, SessionT, SessionTail, ToolResult, TrackedCall
 from runner.state.effects import Effects
 
 
@@ -199,20 +199,28 @@ class SessionStore(ABC):
         """Store a new session and the agent definition it runs. A new session gets
         version 1; one copied from another store keeps its version."""
 
-    @abstractmethod
-    def load(self, session_id: str, *, history: bool = True) -> Session:
-        """The session as stored. `history=False` may leave out what can no longer
-        change (see Session); a store that keeps whole documents returns them whole."""
+    @overload
+    def load(self, session_id: str, *, history: Literal[True] = True) -> Session: ...
+
+    @overload
+    def load(self, session_id: str, *, history: bool) -> SessionTail: ...
 
     @abstractmethod
-    def with_history(self, session: Session) -> Session:
-        """`session` with the turns and calls a `history=False` load left out (a copy;
-        `session` itself when it has them all)."""
+    def load(self, session_id: str, *, history: bool = True) -> SessionTail:
+        """The session as stored, whole. `history=False`: only its tail, what can still
+        change (see SessionTail); a store that keeps whole documents returns them whole,
+        and every store returns a tail that holds everything as a Session."""
 
     @abstractmethod
-    def save(self, session: Session) -> Session:
+    def with_history(self, tail: SessionTail) -> Session:
+        """The whole session of which `tail` is the end: with the turns and calls a
+        `history=False` load left out (a copy; `tail` itself when it is a Session)."""
+
+    @abstractmethod
+    def save(self, session: SessionT) -> SessionT:
         """Compare-and-set on `session.version`: returns the session as stored (a copy
-        with the new version); VersionConflict and nothing written when it is stale."""
+        of what was given, a tail or a whole session, with the new version);
+        VersionConflict and nothing written when it is stale."""
 
     @abstractmethod
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None: ...
@@ -241,7 +249,7 @@ class FencedSessions(SessionStore):
     """The sessions part of a durable store: `save` also takes the fences that guard it."""
 
     @abstractmethod
-    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
+    def save(self, session: SessionT, fences: tuple[Lease, ...] = ()) -> SessionT:
         """Compare-and-set as in SessionStore, and FencedOut (zero rows changed) when
         any fence's token is no longer the newest for its lease."""
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from runner.isolation.audit import AuditQuery, AuditRecord
-from runner.state import Session, ToolResult
+from runner.state import Session, SessionT, SessionTail, ToolResult
 from runner.stores.base import (
     AuditLog,
     CallClaims,
@@ -59,13 +59,19 @@ class ForwardsSessions(SessionStore):
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
         return self.sessions.create(session, agent_document)
 
-    def load(self, session_id: str, *, history: bool = True) -> Session:
+    @overload
+    def load(self, session_id: str, *, history: Literal[True] = True) -> Session: ...
+
+    @overload
+    def load(self, session_id: str, *, history: bool) -> SessionTail: ...
+
+    def load(self, session_id: str, *, history: bool = True) -> SessionTail:
         return self.sessions.load(session_id, history=history)
 
-    def with_history(self, session: Session) -> Session:
-        return self.sessions.with_history(session)
+    def with_history(self, tail: SessionTail) -> Session:
+        return self.sessions.with_history(tail)
 
-    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
+    def save(self, session: SessionT, fences: tuple[Lease, ...] = ()) -> SessionT:
         return self.sessions.save(session, fences)
 
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:

@@ -15,9 +15,9 @@ wherever it needs fencing.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal, overload
 
-from runner.state import Session
+from runner.state import Session, SessionT, SessionTail
 from runner.stores.base import (
     Continuation,
     DurableStore,
@@ -46,7 +46,13 @@ class CompositeSessions(FencedSessions):
     def create(self, session: Session, agent_document: dict[str, Any]) -> Session:
         return self.primary.create(session, agent_document)
 
-    def load(self, session_id: str, *, history: bool = True) -> Session:
+    @overload
+    def load(self, session_id: str, *, history: Literal[True] = True) -> Session: ...
+
+    @overload
+    def load(self, session_id: str, *, history: bool) -> SessionTail: ...
+
+    def load(self, session_id: str, *, history: bool = True) -> SessionTail:
         for store in self.stores:
             try:
                 return store.load(session_id, history=history)
@@ -54,8 +60,8 @@ class CompositeSessions(FencedSessions):
                 continue
         raise SessionNotFound(session_id)
 
-    def with_history(self, session: Session) -> Session:
-        return self._home(session.id).with_history(session)
+    def with_history(self, tail: SessionTail) -> Session:
+        return self._home(tail.id).with_history(tail)
 
     def _home(self, session_id: str) -> SessionStore:
         for store in self.stores:
@@ -66,7 +72,7 @@ class CompositeSessions(FencedSessions):
             return store
         raise SessionNotFound(session_id)
 
-    def _adopt(self, session: Session) -> None:
+    def _adopt(self, session: SessionTail) -> None:
         """Copy a session that lives only in a fallback into the primary, whole."""
         try:
             self.primary.load(session.id, history=False)
@@ -74,7 +80,7 @@ class CompositeSessions(FencedSessions):
             home = self.load(session.id)  # raises if nobody has it
             self.primary.create(home, self.agent_document(home.agent_hash))
 
-    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
+    def save(self, session: SessionT, fences: tuple[Lease, ...] = ()) -> SessionT:
         """The primary's compare-and-set, with its fences when it can check them."""
         self._adopt(session)
         if isinstance(self.primary, FencedSessions):

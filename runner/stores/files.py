@@ -23,11 +23,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from pydantic import ValidationError
 
-from runner.state import Session, load_document, now_ms
+from runner.state import Session, SessionT, SessionTail, load_document, now_ms
 from runner.stores.base import (
     Continuation,
     SessionNotFound,
@@ -77,7 +77,7 @@ class FileSessionStore(SessionStore):
             Path(temporary).unlink(missing_ok=True)
             raise
 
-    def _index_tokens(self, session: Session) -> None:
+    def _index_tokens(self, session: SessionTail) -> None:
         for call in session.calls.values():
             path = self._path("tokens", call.token)
             if not path.exists():
@@ -103,26 +103,34 @@ class FileSessionStore(SessionStore):
             self._write(path, stored.to_json())
         return stored
 
-    def load(self, session_id: str, *, history: bool = True) -> Session:
+    @overload
+    def load(self, session_id: str, *, history: Literal[True] = True) -> Session: ...
+
+    @overload
+    def load(self, session_id: str, *, history: bool) -> SessionTail: ...
+
+    def load(self, session_id: str, *, history: bool = True) -> SessionTail:
         """The whole document, whatever `history` says: a file holds it all."""
         path = self._path("sessions", session_id)
         if not path.exists():
             raise SessionNotFound(session_id)
         return self._read(path)
 
-    def with_history(self, session: Session) -> Session:
-        return session if session.has_history else _merged(self.load(session.id), session)
+    def with_history(self, tail: SessionTail) -> Session:
+        if tail.has_history:
+            return tail.require_history("with_history")
+        return _merged(self.load(tail.id), tail)
 
-    def save(self, session: Session) -> Session:
+    def save(self, session: SessionT) -> SessionT:
         stored = session.model_copy(update={"version": session.version + 1, "updated_ms": now_ms()})
         with self._locked():
             current = self.load(session.id)
             if current.version != session.version:
                 raise VersionConflict(session.id, session.version, current.version)
-            if not stored.has_history:  # only the recent part came back: keep the rest
-                stored = _merged(current, stored)
-            self._index_tokens(stored)  # tokens first: a token never points nowhere
-            self._write(self._path("sessions", session.id), stored.to_json())
+            # Only the recent part came back: the file keeps the rest.
+            whole = stored if stored.has_history else _merged(current, stored)
+            self._index_tokens(whole)  # tokens first: a token never points nowhere
+            self._write(self._path("sessions", session.id), whole.to_json())
         return stored
 
     def put_agent(self, agent_hash: str, agent_document: dict[str, Any]) -> None:
@@ -160,9 +168,8 @@ class FileSessionStore(SessionStore):
         return Continuation(token, session_id, call_id)
 
 
-def _merged(whole: Session, recent: Session) -> Session:
+def _merged(whole: Session, recent: SessionTail) -> Session:
     """`recent` (a history=False part) with the earlier turns and ended calls of `whole`."""
     earlier = whole.turns[: recent.first_turn]
     calls = {k: c for k, c in whole.calls.items() if c.terminal and k not in recent.calls}
-    return recent.model_copy(update={"first_turn": 0, "turns": [*earlier, *recent.turns],
-                                     "calls": {**calls, **recent.calls}})  # fmt: skip
+    return Session.joined(recent, [*earlier, *recent.turns], {**calls, **recent.calls})

@@ -9,7 +9,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from runner.state import Session, TrackedCall, Turn
+from runner.state import Session, SessionTail, TrackedCall, Turn
 
 #: Sessions whose settled calls a store remembers.
 SETTLED_CACHE_SIZE = 1024
@@ -30,7 +30,7 @@ class SettledCalls:
             while len(self._known) > self._size:
                 self._known.popitem(last=False)
 
-    def unsettled(self, session: Session) -> list[TrackedCall]:
+    def unsettled(self, session: SessionTail) -> list[TrackedCall]:
         """The session's calls not known to be stored as terminal: what a save writes."""
         with self._lock:
             known = self._known.get(session.id, set())
@@ -41,11 +41,11 @@ def terminal_ids(calls: Iterable[TrackedCall]) -> set[str]:
     return {c.id for c in calls if c.terminal}
 
 
-def with_earlier(session: Session, earlier: list[Turn], settled: dict[str, TrackedCall]) -> Session:
-    """`session` (its recent part) with the turns before it and the calls that ended
-    before them prepended: the whole history, calls in turn order."""
-    calls = {**{k: c for k, c in settled.items() if k not in session.calls}, **session.calls}
+def with_earlier(
+    tail: SessionTail, earlier: list[Turn], settled: dict[str, TrackedCall]
+) -> Session:
+    """`tail` with the turns before it and the calls that ended before them prepended:
+    the whole session, calls in turn order."""
+    calls = {**{k: c for k, c in settled.items() if k not in tail.calls}, **tail.calls}
     ordered = dict(sorted(calls.items(), key=lambda item: item[1].turn))
-    return session.model_copy(
-        update={"first_turn": 0, "turns": [*earlier, *session.turns], "calls": ordered}
-    )
+    return Session.joined(tail, [*earlier, *tail.turns], ordered)

@@ -36,7 +36,7 @@ from runner.session import (
 )
 from runner.session.operator import conditions, session_document
 from runner.session.output import LiveOutput
-from runner.state import Session, ToolResult, now_ms
+from runner.state import SessionTail, ToolResult, now_ms
 from runner.stores import DurableStore, SessionStore, StoreError
 from runner.tui.source import (
     CHANGE_WAIT_S,
@@ -225,7 +225,7 @@ class StoreSource(Source):
             return f"{done}; session {session.id} is {session.status}"
         return f"{done}; {await self._auto_resume(session)}"
 
-    async def _auto_resume(self, session: Session) -> str:
+    async def _auto_resume(self, session: SessionTail) -> str:
         """Continue the session here unless a live process holds it (which then does)."""
         holder = await self._thread(self._live_holder, session.id)
         if holder is not None:

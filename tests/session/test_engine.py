@@ -10,7 +10,7 @@ from collections import Counter
 import anyio
 import pytest
 
-from runner.session import Engine, UnknownToken, parse_agent
+from runner.session import Engine, Session, UnknownToken, parse_agent
 from runner.session.storage import StoreCalls
 from runner.state import ToolResult
 from runner.stores import SQLiteStore
@@ -92,6 +92,37 @@ def test_the_engine_runs_each_stored_agent_keeping_a_bounded_few(tmp_path, kept,
         assert answers == ["first 1", "second 1"]  # each session with its own agent
         # With one kept, each pushes the other out: both are read from the store again.
         assert counted.counts["agent_document"] == read_again
+
+    anyio.run(main)
+    store.close()
+
+
+def test_the_reads_an_operator_makes_go_through_the_engine(tmp_path):
+    """pending (the tail), show (the whole session, its lease, late results), list (with
+    conditions, filtered by one) and holder: what the CLI and the server print."""
+    store = SQLiteStore(tmp_path / "state.db")
+    engine = Engine(store)
+
+    async def main() -> None:
+        waiting = (await engine.resume((await engine.start(waiting_agent(), "go")).id)).session
+        done = await engine.start(waiting_agent(), "other")
+        await engine.cancel(done.id)
+        pending = await engine.pending(waiting.id)
+        assert [c.id for c in pending.session.open_calls()] == ["a"]
+        assert pending.overdue == frozenset() and pending.now_ms > 0
+        shown = await engine.show(waiting.id)
+        assert type(shown.session) is Session and shown.session.turn_count == 3
+        assert shown.lease is not None and not shown.lease.owner  # released
+        assert shown.late == [] and shown.document()["conditions"] == ["waiting"]
+        assert "waits for `session complete" in shown.why()
+        listed = {row.summary.id: row.conditions for row in await engine.list()}
+        assert listed == {waiting.id: ["waiting"], done.id: ["cancelled"]}
+        assert [row.summary.id for row in await engine.list("cancelled")] == [done.id]
+        with pytest.raises(ValueError, match="condition: expected one of"):
+            await engine.list("nonsense")
+        assert await engine.holder(waiting.id) is None
+        lease = await anyio.to_thread.run_sync(store.acquire_lease, waiting.id, "them", 30)
+        assert lease is not None and await engine.holder(waiting.id) == "them"
 
     anyio.run(main)
     store.close()

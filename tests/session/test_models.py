@@ -1,11 +1,21 @@
-"""Sessions round-trip exactly through their JSON document."""
+"""Sessions round-trip exactly through their JSON document; a tail is not a session."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+from pydantic import ValidationError
+
 from runner.session import LlmTurn, PartialUserTurn, Session, ToolCall, ToolResult, TrackedCall
-from runner.state import ToolResultEntry, UserTurn, new_token
+from runner.state import (
+    HistoryNotLoaded,
+    SessionTail,
+    ToolResultEntry,
+    UserTurn,
+    new_token,
+    tail_from,
+)
 
 
 def full_session() -> Session:
@@ -45,3 +55,18 @@ def test_result_text_is_what_the_model_sees():
     assert (
         ToolResult.error("WORKER_OOM", "out of memory").text() == "[error WORKER_OOM] out of memory"
     )
+
+
+def test_a_whole_session_begins_at_the_first_turn_and_a_tail_becomes_one_only_whole():
+    session = full_session()
+    with pytest.raises(ValidationError, match="first_turn"):
+        Session.model_validate({**session.model_dump(), "first_turn": 2})
+    tail = tail_from(session, 3, turns=session.turns[3:])
+    assert type(tail) is SessionTail and tail.turn_count == session.turn_count
+    with pytest.raises(HistoryNotLoaded, match="only the turns from 3 on"):
+        tail.require_history("the LLM's next request")
+    whole = Session.joined(tail, session.turns, session.calls)
+    assert type(whole) is Session and whole == session
+    assert whole.require_history("a view") is whole
+    # A part that begins at turn 0 is whole: it comes out as a Session.
+    assert type(tail_from(session, 0)) is Session and tail_from(session, 0) == session

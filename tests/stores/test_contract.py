@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from runner.session import Session, ToolResult, TrackedCall
+from runner.session import Session, SessionTail, ToolResult, TrackedCall
 from runner.state import HistoryNotLoaded, LlmTurn, PartialUserTurn, UserTurn, new_token
 from runner.stores import (
     DurableStore,
@@ -123,6 +123,23 @@ def test_with_history_after_a_partial_load_is_the_session_as_created(
     session.call("wait").state = "ready"
     assert store.save(session).version == 2
     assert store.load(created.id).calls["wait"].state == "ready"
+
+
+def test_a_tail_is_its_own_type_and_a_whole_session_is_a_session(durable_store: DurableStore):
+    store = durable_store
+    created = store.create(long_session(3), {"slug": "a"})
+    tail = store.load(created.id, history=False)
+    assert type(tail) is SessionTail and tail.first_turn == 8
+    assert type(store.load(created.id)) is Session
+    whole = store.with_history(tail)
+    assert type(whole) is Session and whole == created
+    assert store.with_history(whole) is whole  # nothing left to read
+    saved = store.save(tail)  # a save returns what it was given, a version on
+    assert type(saved) is SessionTail and saved.version == 2
+    # A tail that begins at the first turn holds everything: it is handed out whole.
+    short = new_session(store)
+    assert type(store.load(short.id, history=False)) is Session
+    assert store.load(short.id, history=False) == short
 
 
 def test_a_load_reads_the_history_only_when_used_and_as_it_was(

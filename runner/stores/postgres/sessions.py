@@ -5,7 +5,7 @@ time), and a session saved due without a fence is announced on `agents_runner_du
 
 from __future__ import annotations
 
-from runner.state import TERMINAL_STATES, Session, TrackedCall
+from runner.state import TERMINAL_STATES, SessionTail, TrackedCall
 from runner.stores.postgres.connections import Connection
 from runner.stores.postgres.leases import DUE_CHANNEL
 from runner.stores.sql.engine import rows
@@ -17,7 +17,7 @@ class PostgresSessions(SqlSessions[Connection]):
     def _write_rows(
         self,
         tx: Connection,
-        session: Session,
+        session: SessionTail,
         first: int,
         calls: list[TrackedCall],
         *,
@@ -88,6 +88,6 @@ class PostgresSessions(SqlSessions[Connection]):
         )
         return {call_id: state for call_id, state in found}
 
-    def _announce_due(self, tx: Connection, session: Session) -> None:
+    def _announce_due(self, tx: Connection, session: SessionTail) -> None:
         if session.due_ms() is not None:
             tx.execute("SELECT pg_notify(%s, %s)", (DUE_CHANNEL, session.id))

@@ -19,11 +19,11 @@ from __future__ import annotations
 import builtins
 import json
 from abc import abstractmethod
-from typing import Any, Generic
+from typing import Any, Generic, Literal, overload
 
 from pydantic import ValidationError
 
-from runner.state import Session, TrackedCall, load_document
+from runner.state import Session, SessionT, SessionTail, TrackedCall, load_document, tail_from
 from runner.state.events import derive_events
 from runner.stores.base import (
     Continuation,
@@ -87,7 +87,7 @@ class SqlSessions(FencedSessions, Generic[TxT]):
     def _write_rows(
         self,
         tx: TxT,
-        session: Session,
+        session: SessionTail,
         first: int,
         calls: builtins.list[TrackedCall],
         *,
@@ -109,7 +109,7 @@ class SqlSessions(FencedSessions, Generic[TxT]):
     ) -> dict[str, str]:
         """Inside the transaction: the stored state of each of `calls` that is stored."""
 
-    def _announce_due(self, tx: TxT, session: Session) -> None:
+    def _announce_due(self, tx: TxT, session: SessionTail) -> None:
         """Inside the transaction that wrote `session` unfenced: wake idle workers if it
         is due (an engine that can)."""
 
@@ -146,7 +146,13 @@ class SqlSessions(FencedSessions, Generic[TxT]):
             "storing an agent definition", lambda tx: tx.execute(self._put_agent, values)
         )
 
-    def load(self, session_id: str, *, history: bool = True) -> Session:
+    @overload
+    def load(self, session_id: str, *, history: Literal[True] = True) -> Session: ...
+
+    @overload
+    def load(self, session_id: str, *, history: bool) -> SessionTail: ...
+
+    def load(self, session_id: str, *, history: bool = True) -> SessionTail:
         """The header, then the whole history, or (history=False) only the last turn and
         the calls that can still change: open ones and those of the last LLM turn."""
 
@@ -171,35 +177,33 @@ class SqlSessions(FencedSessions, Generic[TxT]):
             turns, calls = turns_of(turn_rows), calls_of(call_rows)
         except (ValueError, ValidationError) as exc:
             raise StoreError(f"cannot read session {session_id}: {exc}") from None
-        session = session.model_copy(
-            update={"version": version, "first_turn": first, "turns": turns, "calls": calls}
-        )
-        self._settled.remember(session_id, terminal_ids(session.calls.values()))
-        return session
+        tail = tail_from(session, first, version=version, turns=turns, calls=calls)
+        self._settled.remember(session_id, terminal_ids(tail.calls.values()))
+        return tail
 
-    def with_history(self, session: Session) -> Session:
-        """Prepend the turns before `session.first_turn` and the calls that ended before
+    def with_history(self, tail: SessionTail) -> Session:
+        """Prepend the turns before `tail.first_turn` and the calls that ended before
         them. Both never change, so they can be read at any later version."""
-        if session.has_history:
-            return session
+        if tail.has_history:
+            return tail.require_history("with_history")
 
         def work(tx: TxT) -> tuple[builtins.list[str], builtins.list[str]]:
-            turns = rows(tx, self._turns_before, (session.id, session.first_turn))
-            calls = rows(tx, self._settled_before, (session.id, session.first_turn - 1))
+            turns = rows(tx, self._turns_before, (tail.id, tail.first_turn))
+            calls = rows(tx, self._settled_before, (tail.id, tail.first_turn - 1))
             return [r[0] for r in turns], [r[0] for r in calls]
 
-        turn_rows, call_rows = self._engine.snapshot(f"loading the history of {session.id}", work)
+        turn_rows, call_rows = self._engine.snapshot(f"loading the history of {tail.id}", work)
         try:
             earlier, settled = turns_of(turn_rows), calls_of(call_rows)
         except (ValueError, ValidationError) as exc:
-            raise StoreError(f"cannot read the history of session {session.id}: {exc}") from None
-        if len(earlier) != session.first_turn:
-            raise StoreError(f"session {session.id}: {len(earlier)} of its first"
-                             f" {session.first_turn} turns are stored")  # fmt: skip
-        self._settled.remember(session.id, settled.keys())
-        return with_earlier(session, earlier, settled)
+            raise StoreError(f"cannot read the history of session {tail.id}: {exc}") from None
+        if len(earlier) != tail.first_turn:
+            raise StoreError(f"session {tail.id}: {len(earlier)} of its first"
+                             f" {tail.first_turn} turns are stored")  # fmt: skip
+        self._settled.remember(tail.id, settled.keys())
+        return with_earlier(tail, earlier, settled)
 
-    def save(self, session: Session, fences: tuple[Lease, ...] = ()) -> Session:
+    def save(self, session: SessionT, fences: tuple[Lease, ...] = ()) -> SessionT:
         """One transaction: the fences, the compare-and-set on the header, the new rows."""
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": self._engine.stamp()})  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from runner.state import TERMINAL_STATES, Session, TrackedCall
+from runner.state import TERMINAL_STATES, SessionTail, TrackedCall
 from runner.stores.sql.rows import TURN
 from runner.stores.sql.sessions import SqlSessions
 
@@ -17,7 +17,7 @@ class SQLiteSessions(SqlSessions[sqlite3.Connection]):
     def _write_rows(
         self,
         tx: sqlite3.Connection,
-        session: Session,
+        session: SessionTail,
         first: int,
         calls: list[TrackedCall],
         *,
