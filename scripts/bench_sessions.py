@@ -101,23 +101,28 @@ async def bench_sessions(report: Report, directory: Path, samples: int = 30) -> 
 
 # --- store round trips of the Engine's continuation and resume ---------------------------
 
-#: The store calls that read a session: the token's lookup and loads.
-SESSION_READS = ("find", "load", "with_history")
+#: The targets: a continuation by token is one call that finds the token's session, takes
+#: its lease and loads it, and one that commits and lets the lease go; the resume after
+#: it takes the lease with the load, commits the model call's attempt and the answer, and
+#: lets the lease go.
+CONTINUATION_TRIPS = 2
+RESUME_TRIPS = 4
 
 
 async def bench_round_trips(report: Report, directory: Path, samples: int = 10) -> None:
-    """The store calls of `Engine.complete` by continuation token (target: at most two
-    that read the session, the token's lookup and the one load under the lease) and of
-    the resume that follows, counted on a real SQLite store (StoreCalls)."""
+    """The store calls of `Engine.complete` by continuation token (target: two) and of
+    the resume that follows, counted on a real SQLite store (StoreCalls: each call of a
+    store method is one round trip). The engine has read the session's agent before
+    (it keeps stored agents), as a long-running server has."""
     store = SQLiteStore(directory / "round-trips.db")
     engine = Engine(store)
     agent = parse_agent(SESSION_AGENT)
-    reads: list[float] = []
     continuation: list[float] = []
     resume: list[float] = []
     kinds: dict[str, dict[str, int]] = {}
     for _ in range(samples):
         session = await engine.start(agent, "go")
+        await engine.agent_of(session.agent_hash)  # kept from now on
         # one `echo` call, then the deferred `later` call the continuation answers
         durable = replace(engine.agent(agent), llm=script_with_turns(5))
         waiting = await durable.resume(session.id)
@@ -128,7 +133,6 @@ async def bench_round_trips(report: Report, directory: Path, samples: int = 10) 
         try:
             await engine.complete(call.token, ToolResult(status="ok", content="done"))
             kinds["continuation"] = dict(counted.counts)
-            reads.append(sum(counted.counts[name] for name in SESSION_READS))
             continuation.append(counted.total)
             counted.reset()
             await durable.resume(session.id)
@@ -137,16 +141,15 @@ async def bench_round_trips(report: Report, directory: Path, samples: int = 10) 
         finally:
             counted.stop()
     store.close()
-    read_p95 = p95(reads)
-    report.rows.append(Row("continuation by token (Engine.complete): session reads", "calls",
-                           statistics.median(reads), read_p95, samples, target="<= 2",
-                           met=read_p95 <= 2, note="find + the load under the lease"))  # fmt: skip
-    report.rows.append(Row("continuation by token (Engine.complete): store calls", "calls",
-                           statistics.median(continuation), p95(continuation), samples,
+    trips, resume_p95 = p95(continuation), p95(resume)
+    report.rows.append(Row("continuation by token (Engine.complete): store round trips",
+                           "calls", statistics.median(continuation), trips, samples,
+                           target=f"<= {CONTINUATION_TRIPS}", met=trips <= CONTINUATION_TRIPS,
                            note=_calls(kinds["continuation"]),
                            detail={"calls": kinds["continuation"]}))  # fmt: skip
-    report.rows.append(Row("resume of the woken session: store calls", "calls",
-                           statistics.median(resume), p95(resume), samples,
+    report.rows.append(Row("resume of the completed session: store round trips", "calls",
+                           statistics.median(resume), resume_p95, samples,
+                           target=f"<= {RESUME_TRIPS}", met=resume_p95 <= RESUME_TRIPS,
                            note=_calls(kinds["resume"]),
                            detail={"calls": kinds["resume"]}))  # fmt: skip
 

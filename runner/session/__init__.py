@@ -22,10 +22,9 @@ protocol and the store only through its interfaces.
 """
 
 from runner.session.agent import Agent, AgentError, ToolSpec, load_agent, parse_agent
-from runner.session.commands import UnknownToken
 from runner.session.engine import Engine, Listed, Pending, Shown
 from runner.session.execute import from_envelope, from_output, runner_for_spec
-from runner.session.gate import SessionError
+from runner.session.gate import SessionError, UnknownToken
 from runner.session.leases import LeaseBusy
 from runner.session.policy import (
     Cache,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runner.session.gate import SessionError
+from runner.session.gate import SessionError, UnknownToken
 from runner.session.reports import WakeReport
 from runner.session.runtime import Opener
 from runner.state import SessionTail, ToolResult, TrackedCall
@@ -16,24 +16,20 @@ from runner.stores import Effect, SessionStore, VersionConflict
 WAKE_ATTEMPTS = 5
 
 
-class UnknownToken(SessionError):
-    def __init__(self, token: str) -> None:
-        super().__init__(f"no call has the continuation token {token!r}")
-        self.token = token
-
-
 async def wake(
     open_: Opener,
-    session_id: str,
+    session_id: str | None,
     results: list[tuple[str, ToolResult]],
     authorize: Callable[[TrackedCall], None] | None = None,
 ) -> WakeReport:
     """Give open calls their results by token. A token whose call already ended is
     reported (already completed, conflicting, or late), not applied; an unknown token
     is an error and nothing is applied. `authorize`, when given, sees each call before
-    anything else is decided and raises to refuse it (the server's worker tokens)."""
+    anything else is decided and raises to refuse it (the server's worker tokens).
+    `session_id` is None when the opener finds the session (by token)."""
     for _ in range(WAKE_ATTEMPTS):
         async with open_() as (rt, session, holder):
+            session_id = session.id
             storage = rt.storage
             if any(session.call_by_token(t) is None for t, _ in results):
                 # a call that ended before the last turn is not loaded: read them all
@@ -66,8 +62,8 @@ async def wake(
             reported = tuple(already), tuple(conflicting), tuple(late)
             if not applied:
                 return WakeReport(session, (), *reported)
-            try:
-                await rt.settle_and_commit(session, holder)
+            try:  # the last commit under the lease: it lets the lease go too
+                await rt.settle_and_commit(session, holder, release=True)
             except VersionConflict:
                 continue  # someone without a lease advanced it: re-read and re-apply
             return WakeReport(session, tuple(applied), *reported)

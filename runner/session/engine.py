@@ -37,8 +37,7 @@ from runner.llm import LLM
 from runner.session import commands, operations
 from runner.session.agent import Agent, remember
 from runner.session.audit import AuditSetting, OpenedAudit, open_audit
-from runner.session.commands import UnknownToken
-from runner.session.gate import GateSettings, admit, leased
+from runner.session.gate import GateSettings, UnknownToken, admit, leased
 from runner.session.operator import CONDITIONS, conditions, explain, session_document
 from runner.session.output import CallOutputBus
 from runner.session.reports import StepReport, WakeReport
@@ -251,7 +250,7 @@ class Engine:
         its lease without waiting (LeaseBusy if someone has it), run its detached calls,
         resume it."""
         require_durable(self.store, "this operation")  # a worker never runs unfenced
-        return await operations.work(self._opener(session_id, 0, exists=True))
+        return await operations.work(self._opener(session_id, 0))
 
     async def wake(
         self,
@@ -346,11 +345,11 @@ class Engine:
     async def complete(
         self, token: str, result: ToolResult, authorize: Authorize | None = None
     ) -> WakeReport:
-        """Give the call of `token` its result: one lookup of the token, then the lease
-        and the one load of its session (the token proved it exists)."""
-        found = await self.find(token)
-        open_ = self._opener(found.session_id, exists=True)
-        return await commands.wake(open_, found.session_id, [(token, result)], authorize)
+        """Give the call of `token` its result: two store calls on a durable store, one
+        that finds the token's session, takes its lease and loads it, and the commit
+        that lets the lease go (DurableStore.lease_and_load_token, save_and_release)."""
+        return await commands.wake(self._opener(token=token), None, [(token, result)],
+                                   authorize)  # fmt: skip
 
     async def fail(self, token: str, reason: str, authorize: Authorize | None = None) -> WakeReport:
         """Fail the call of `token` with `reason` (what the model is told)."""
@@ -368,10 +367,10 @@ class Engine:
 
     def _opener(
         self,
-        session_id: str,
+        session_id: str | None = None,
         wait_s: float | None = None,
         *,
-        exists: bool = False,
+        token: str | None = None,
         migrate: bool = False,
         agent: Agent | None = None,
         allow_agent_change: bool = False,
@@ -384,7 +383,7 @@ class Engine:
         @asynccontextmanager
         async def opened() -> AsyncIterator[Opened]:
             storage = Storage(self.store)
-            async with leased(storage, gate, session_id, wait_s, exists=exists) as (
+            async with leased(storage, gate, session_id, wait_s, token=token) as (
                 session,
                 holder,
             ):

@@ -31,12 +31,19 @@ from runner.state import (
     migrate,
 )
 from runner.state.transitions import expire_due, set_status
+from runner.stores import Continuation, LeasedSession
 
 logger = logging.getLogger(__name__)
 
 
 class SessionError(Exception):
     """What was asked cannot be done to this session; the message says why."""
+
+
+class UnknownToken(SessionError):
+    def __init__(self, token: str) -> None:
+        super().__init__(f"no call has the continuation token {token!r}")
+        self.token = token
 
 
 @dataclass(frozen=True)
@@ -65,18 +72,45 @@ async def open_session(
 
 @asynccontextmanager
 async def leased(
-    storage: Storage, settings: GateSettings, session_id: str, wait_s: float | None = None,
-    *, exists: bool = False,
+    storage: Storage, settings: GateSettings, session_id: str | None = None,
+    wait_s: float | None = None, *, token: str | None = None,
 ) -> AsyncIterator[tuple[SessionTail, Holder]]:  # fmt: skip
     """Hold the session's lease and load it: the one load an operation makes under the
-    lease, from which the Engine learns the session's agent. `exists`: the caller has
-    just seen the session (found by token, offered as due), so no lease is taken on
-    nothing; otherwise a missing session is SessionNotFound before any lease."""
-    if not exists:
-        await storage.run(storage.store.load, session_id, history=False)
+    lease, from which the Engine learns the session's agent, and in the same store call
+    (DurableStore.lease_and_load). The session is `session_id`'s, or (`token`) the one a
+    continuation token leads to, found in that call too (UnknownToken if none). A
+    missing session is SessionNotFound, and no lease is taken on nothing."""
+    if (session_id is None) == (token is None):
+        raise TypeError("leased: give a session id or a continuation token, not both")
+    store = storage.durable
+    if store is None:  # no leases: the one load
+        if token is not None:
+            found = await storage.run(storage.store.find, token)
+            if found is None:
+                raise UnknownToken(token)
+            session_id = found.session_id
+        assert session_id is not None
+        yield await storage.run(storage.store.load, session_id, history=False), Holder(None)
+        return
+    owner, ttl_s = settings.owner, settings.lease_s
+
+    async def take() -> LeasedSession | str:
+        nonlocal session_id
+        if session_id is not None:
+            taken = await storage.run(store.lease_and_load, session_id, owner, ttl_s)
+            return session_id if taken is None else taken
+        assert token is not None
+        by_token = await storage.run(store.lease_and_load_token, token, owner, ttl_s)
+        if by_token is None:
+            raise UnknownToken(token)
+        if isinstance(by_token, Continuation):  # busy: try again by the session's id
+            session_id = by_token.session_id
+            return session_id
+        return by_token
+
     wait = wait_s if wait_s is not None else (settings.lease_wait_s or settings.lease_s + 5)
-    async with hold(storage, session_id, settings.owner, settings.lease_s, wait) as holder:
-        yield await storage.run(storage.store.load, session_id, history=False), holder
+    async with hold(storage, ttl_s, wait, take) as (session, holder):
+        yield session, holder
 
 
 async def admit(rt: Runtime, settings: GateSettings, session: SessionTail, holder: Holder) -> None:

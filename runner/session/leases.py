@@ -1,6 +1,11 @@
 """Holding a lease while advancing a session: acquire (waiting a bounded time for a dead
 holder's lease to expire), renew from a thread of its own while the work runs, release.
 
+The store takes the lease and loads the session in one call (`lease_and_load`, what
+`take` is given), and the operation's last commit may release the lease with it
+(`Runtime.commit(..., release=True)`: `save_and_release`, after `Holder.finishing` has
+stopped the renewals); the lease is released at the end only if that did not.
+
 Every commit made under a lease carries it as a fence (`Holder.fences`): once a newer
 holder exists, the store refuses those commits (FencedOut) and nothing changes. A store
 that cannot fence (the file store, in single-process use) gives a holder with no fences:
@@ -16,16 +21,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 
 from runner.faults import crash_point
 from runner.session.storage import Storage
-from runner.state import now_ms
-from runner.stores import DurableStore, FencedOut, Lease
+from runner.state import Session, now_ms
+from runner.stores import DurableStore, FencedOut, Lease, LeasedSession
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +50,13 @@ class LeaseBusy(Exception):
 
 @dataclass
 class Holder:
-    """The lease held (None without a durable store) and whether a newer holder took it."""
+    """The lease held (None without a durable store), whether a newer holder took it, and
+    whether the operation's last commit released it."""
 
     lease: Lease | None
     lost: bool = False
+    released: bool = False
+    _stop_renewing: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
 
     @property
     def fences(self) -> tuple[Lease, ...]:
@@ -58,37 +66,56 @@ class Holder:
     def takeovers(self) -> int:
         return self.lease.takeovers if self.lease is not None else 0
 
+    async def finishing(self) -> None:
+        """Stop renewing: the next commit is the operation's last and releases the lease
+        (a renewal after the release would extend a lease nobody holds)."""
+        if self._stop_renewing is not None:
+            await self._stop_renewing()
+
+
+#: One attempt at the lease and the load (DurableStore.lease_and_load, by id or token):
+#: the session loaded under it, or the id of the session whose lease a live holder has.
+Take = Callable[[], Awaitable[LeasedSession | str]]
+
 
 @asynccontextmanager
-async def hold(
-    storage: Storage, name: str, owner: str, ttl_s: float, wait_s: float
-) -> AsyncIterator[Holder]:
+async def hold(storage: Storage, ttl_s: float, wait_s: float, take: Take) -> AsyncIterator[
+    tuple[Session, Holder]
+]:  # fmt: skip
+    """Take the lease and load the session (`take`, again every so often for up to
+    `wait_s` while a live holder has it: LeaseBusy then), renew it while the caller
+    works, release it unless the last commit did."""
     store = storage.durable
-    if store is None:
-        yield Holder(None)
-        return
+    assert store is not None, "a lease needs a durable store"
     give_up = time.monotonic() + wait_s
     crash_point("lease.acquire")  # where racing claimants meet (crash matrix scenario 6)
-    while (lease := await storage.run(store.acquire_lease, name, owner, ttl_s)) is None:
+    while isinstance(taken := await take(), str):
         if time.monotonic() >= give_up:
-            raise LeaseBusy(name, await storage.run(store.lease, name))
+            raise LeaseBusy(taken, await storage.run(store.lease, taken))
         await anyio.sleep(min(0.2, ttl_s / 4))
-    holder = Holder(lease)
+    lease = taken.lease
     stop = threading.Event()
+    holder = Holder(lease)
     renewer = threading.Thread(target=_renew, args=(store, holder, ttl_s, stop),
-                               name=f"lease-renewal {name}", daemon=True)  # fmt: skip
+                               name=f"lease-renewal {lease.name}", daemon=True)  # fmt: skip
+
+    async def stop_renewing() -> None:
+        stop.set()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(renewer.join)
+
+    holder._stop_renewing = stop_renewing
     renewer.start()
     try:
-        yield holder
+        yield taken.session, holder
     except BaseExceptionGroup as group:  # one failure inside: re-raise it as itself
         if (only := _only_exception(group)) is not None:
             raise only from None
         raise
     finally:
-        stop.set()
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(renewer.join)
-            if not holder.lost:
+        await stop_renewing()
+        if not holder.lost and not holder.released:
+            with anyio.CancelScope(shield=True):
                 await storage.run(store.release_lease, holder.lease or lease)
 
 

@@ -60,18 +60,26 @@ class Runtime:
             return runner
         return AuditedRunner(runner, self.audit, fail_closed=self.audit_fail_closed)
 
-    async def commit(self, session: SessionTail, holder: Holder) -> None:
-        """Save under the lease's fence; the session takes the new version."""
+    async def commit(self, session: SessionTail, holder: Holder, *, release: bool = False) -> None:
+        """Save under the lease's fence; the session takes the new version. `release`:
+        this is the operation's last commit, which lets the lease go in the same store
+        call (save_and_release; nothing may be done under the lease after it)."""
         storage = self.storage
-        if storage.durable is not None:
+        if storage.durable is not None and release and holder.lease is not None:
+            await holder.finishing()
+            stored = await storage.run(storage.durable.save_and_release, session, holder.lease)
+            holder.released = True
+        elif storage.durable is not None:
             stored = await storage.run(storage.durable.save, session, holder.fences)
         else:
             stored = await storage.run(storage.store.save, session)
         session.version, session.updated_ms = stored.version, stored.updated_ms
 
-    async def settle_and_commit(self, session: SessionTail, holder: Holder) -> None:
+    async def settle_and_commit(
+        self, session: SessionTail, holder: Holder, *, release: bool = False
+    ) -> None:
         settle(session)
-        await self.commit(session, holder)
+        await self.commit(session, holder, release=release)
 
 
 #: What an operation runs in once the gate let it in: its Runtime, the session (loaded

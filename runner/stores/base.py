@@ -15,6 +15,10 @@ A store is made of small parts, each an interface here:
   server streams), EffectLedger (every isolated call recorded before and after it runs;
   late results), CallClaims (deferred calls leased to external workers under tokens
   that fence, ClaimLost), ToolCache, AuditLog.
+- LeasedSessions: a session's lease taken with its load (by id or continuation token),
+  and its last save with the lease's release, each one round trip where a backend's
+  sessions and leases share a transaction (sql/leased.py); DurableStore's defaults make
+  each the plain calls, with the same outcomes.
 - DurableStore: all of them but the audit log, the store several processes can share.
 
 Backends: sqlite/ (durable, the embedded default), postgres/ (durable, shared by workers
@@ -291,6 +295,41 @@ class Leases(ABC):
         return False
 
 
+@dataclass(frozen=True)
+class LeasedSession:
+    """A session loaded (its recent part, as `load(history=False)`) under the lease just
+    taken on it."""
+
+    lease: Lease
+    session: Session
+
+
+class LeasedSessions(ABC):
+    """What advancing a session begins and ends with, each as one store call: take its
+    lease and load it, save it and let the lease go. The fencing and compare-and-set
+    are exactly the plain calls': a fast path only saves round trips."""
+
+    @abstractmethod
+    def lease_and_load(self, session_id: str, owner: str, ttl_s: float) -> LeasedSession | None:
+        """`acquire_lease(session_id, owner, ttl_s)`, then `load(session_id,
+        history=False)` under it. None while a live holder has the lease (nothing
+        loaded); SessionNotFound, and no lease taken, when there is no such session."""
+
+    @abstractmethod
+    def lease_and_load_token(
+        self, token: str, owner: str, ttl_s: float
+    ) -> LeasedSession | Continuation | None:
+        """`lease_and_load` of the session a continuation token leads to (`find`): None
+        when no call has `token` (nothing taken); the token's Continuation while a live
+        holder has its session's lease."""
+
+    @abstractmethod
+    def save_and_release(self, session: Session, lease: Lease) -> Session:
+        """`save(session, (lease,))`, then `release_lease(lease)`, as one: on
+        VersionConflict, FencedOut or SessionNotFound nothing is written and the lease
+        is as it was (still held, unless a newer holder took it)."""
+
+
 class EventLog(ABC):
     """The event log. `create` and `save` append their events (runner.state.events) in
     the transaction that writes the session, numbered in commit order: a reader that has
@@ -404,7 +443,9 @@ class AuditLog(ABC):
         """The records `query` asks for, oldest first (the newest `query.limit`)."""
 
 
-class DurableStore(FencedSessions, Leases, EventLog, EffectLedger, CallClaims, ToolCache):
+class DurableStore(
+    FencedSessions, Leases, LeasedSessions, EventLog, EffectLedger, CallClaims, ToolCache
+):
     """A store several processes can share: its sessions, leases and due work, the event
     log, the effect ledger, deferred-call claims and the tool cache, in one clock (each
     part above states its share of the contract). runner.stores.composed.ComposedStore
@@ -412,7 +453,30 @@ class DurableStore(FencedSessions, Leases, EventLog, EffectLedger, CallClaims, T
 
     The engine refuses to advance sessions concurrently (a worker, `resume` from more
     than one process) on anything less; see runner.session.storage.require_durable.
+
+    LeasedSessions' methods default to the plain calls they are made of (a backend
+    whose sessions and leases are one database gives them one round trip each).
     """
+
+    def lease_and_load(self, session_id: str, owner: str, ttl_s: float) -> LeasedSession | None:
+        self.load(session_id, history=False)  # SessionNotFound before any lease
+        lease = self.acquire_lease(session_id, owner, ttl_s)
+        if lease is None:
+            return None
+        return LeasedSession(lease, self.load(session_id, history=False))
+
+    def lease_and_load_token(
+        self, token: str, owner: str, ttl_s: float
+    ) -> LeasedSession | Continuation | None:
+        found = self.find(token)
+        if found is None:
+            return None
+        return self.lease_and_load(found.session_id, owner, ttl_s) or found
+
+    def save_and_release(self, session: Session, lease: Lease) -> Session:
+        stored = self.save(session, (lease,))
+        self.release_lease(lease)
+        return stored
 
 
 def cache_key(tool: str, arguments: dict[str, Any]) -> str:

@@ -3,7 +3,9 @@ and the store's methods, the names callers use, forwarded to them here, once.
 
 A backend builds its parts on one engine and hands them to ComposedStore; a composite
 store (composite.py) takes its primary's parts and swaps in its own sessions part. New
-code may also use a part directly (`store.parts.leases`).
+code may also use a part directly (`store.parts.leases`). The optional `leased` part is
+a backend's one-round-trip LeasedSessions over its own sessions and leases; without it
+(a composite's), the store's LeasedSessions are DurableStore's plain calls.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from runner.stores.base import (
     EventLog,
     FencedSessions,
     Lease,
+    LeasedSession,
+    LeasedSessions,
     Leases,
     SessionStore,
     SessionSummary,
@@ -41,6 +45,8 @@ class StoreParts:
     ledger: EffectLedger
     call_claims: CallClaims
     cache: ToolCache
+    #: The sessions and leases above in one round trip (None: the plain calls).
+    leased: LeasedSessions | None = None
 
     @classmethod
     def of(cls, store: DurableStore) -> StoreParts:
@@ -116,6 +122,25 @@ class ComposedStore(ForwardsSessions, DurableStore):
 
     def wait_for_due(self, timeout_s: float) -> bool:
         return self.parts.leases.wait_for_due(timeout_s)
+
+    # --- a lease with its load, a save with its release ------------------------------
+
+    def lease_and_load(self, session_id: str, owner: str, ttl_s: float) -> LeasedSession | None:
+        if self.parts.leased is None:
+            return super().lease_and_load(session_id, owner, ttl_s)
+        return self.parts.leased.lease_and_load(session_id, owner, ttl_s)
+
+    def lease_and_load_token(
+        self, token: str, owner: str, ttl_s: float
+    ) -> LeasedSession | Continuation | None:
+        if self.parts.leased is None:
+            return super().lease_and_load_token(token, owner, ttl_s)
+        return self.parts.leased.lease_and_load_token(token, owner, ttl_s)
+
+    def save_and_release(self, session: Session, lease: Lease) -> Session:
+        if self.parts.leased is None:
+            return super().save_and_release(session, lease)
+        return self.parts.leased.save_and_release(session, lease)
 
     # --- the event log ----------------------------------------------------------------
 

@@ -136,10 +136,13 @@ class CompositeStore(ForwardsSessions):
 class DurableCompositeStore(CompositeStore, ComposedStore):
     """A composite whose primary is durable: the primary's parts with the composite's
     sessions swapped in, so everything that guards or records runs in the primary and a
-    session adopted from a fallback is fenced like any other."""
+    session adopted from a fallback is fenced like any other. The primary's one-round-trip
+    LeasedSessions would bypass the fallbacks: a composite's are the plain calls."""
 
     primary: DurableStore
 
     def __init__(self, primary: DurableStore, *fallbacks: SessionStore) -> None:
         CompositeStore.__init__(self, primary, *fallbacks)
-        ComposedStore.__init__(self, replace(StoreParts.of(primary), sessions=self.sessions))
+        ComposedStore.__init__(
+            self, replace(StoreParts.of(primary), sessions=self.sessions, leased=None)
+        )

@@ -1,7 +1,8 @@
 """The Engine on a real SQLite store whose method calls are counted (StoreCalls): a
-continuation by token reads its session at most twice (the token's lookup and the one
-load under the lease), and every operation finds the session's agent in the store,
-keeping at most `agents_kept` of them."""
+continuation by token reads its session at most twice (in fact once: the token's lookup,
+the lease and the one load under it are one store call) and costs two store round trips
+in all, the resume after it four, and every operation finds the session's agent in the
+store, keeping at most `agents_kept` of them."""
 
 from __future__ import annotations
 
@@ -50,9 +51,12 @@ def test_a_continuation_by_token_reads_its_session_at_most_twice(tmp_path):
             resume = Counter(counted.counts)
         finally:
             counted.stop()
-        # find + the load under the lease (before the Engine: find + 3 loads by the server).
+        # find + the load under the lease (before the Engine: find + 3 loads by the server),
+        # now one call with the lease, and the commit that releases it.
         assert reads(continuation) <= 2, continuation
-        assert continuation["find"] == 1 and continuation["load"] == 1, continuation
+        assert continuation == {"lease_and_load_token": 1, "save_and_release": 1}, continuation
+        # the lease with the load, the model call's attempt, the answer, the release
+        assert resume == {"lease_and_load": 1, "save": 2, "release_lease": 1}, resume
         print(f"continuation: {sum(continuation.values())} store calls {dict(continuation)};"
               f" resume: {sum(resume.values())} {dict(resume)}")  # fmt: skip
 
@@ -60,14 +64,15 @@ def test_a_continuation_by_token_reads_its_session_at_most_twice(tmp_path):
     store.close()
 
 
-def test_an_unknown_token_is_refused_after_one_lookup(tmp_path):
+def test_an_unknown_token_is_refused_after_one_lookup_taking_no_lease(tmp_path):
     store = SQLiteStore(tmp_path / "state.db")
     engine = Engine(store)
     counted = StoreCalls(store)
     with pytest.raises(UnknownToken):
         anyio.run(engine.complete, "no-such-token", ToolResult(status="ok", content="x"))
-    assert dict(counted.counts) == {"find": 1}
+    assert dict(counted.counts) == {"lease_and_load_token": 1}
     counted.stop()
+    assert store.db.execute("SELECT count(*) FROM leases").fetchone() == (0,)
     store.close()
 
 

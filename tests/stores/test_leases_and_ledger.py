@@ -1,14 +1,29 @@
-"""Leases with fencing tokens in database time, and the effect ledger, on every durable
-engine (the `store_engine` fixture). SQLite's own migration of them is in test_sqlite.py."""
+"""Leases with fencing tokens in database time, a lease taken with its session's load and
+let go with its last save, and the effect ledger, on every durable engine (the
+`store_engine` fixture). SQLite's own migration of them is in test_sqlite.py."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 
 from runner.session import Session
-from runner.stores.base import DurableStore, Effect, FencedOut, Lease
+from runner.state import new_token
+from runner.stores import ComposedStore, CompositeStore, FileSessionStore
+from runner.stores.base import (
+    Continuation,
+    DurableStore,
+    Effect,
+    FencedOut,
+    Lease,
+    LeasedSession,
+    SessionNotFound,
+    VersionConflict,
+)
 from tests.conftest import StoreLocations
 from tests.durability.conftest import wait_for
+from tests.stores.sessions import long_session
 
 
 def lapse(store: DurableStore, lease: Lease) -> Lease:
@@ -93,3 +108,108 @@ def test_the_ledger_is_written_under_a_live_fence(durable_store: DurableStore):
     effect = Effect("s/c", "s", "c", 1, "external", "requested", None)
     store.record_effect(effect, (lease,))
     assert store.effect("s/c") == effect
+
+
+# --- a lease with its load, a save with its release (LeasedSessions) ---------------------
+# The same outcomes from a backend's one-round-trip ops ("fast") and from DurableStore's
+# defaults made of the plain calls (a composite's, "plain").
+
+
+@pytest.fixture(params=["fast", "plain"])
+def leasing(request: pytest.FixtureRequest, store_locations: StoreLocations, tmp_path) -> Leasing:
+    def opened() -> DurableStore:
+        store = store_locations.open()
+        if request.param == "fast":
+            assert isinstance(store, ComposedStore) and store.parts.leased is not None
+            return store
+        composite = CompositeStore(store, FileSessionStore(tmp_path / "fallback"))
+        assert isinstance(composite, DurableStore) and composite.parts.leased is None
+        return composite
+
+    return opened
+
+
+Leasing = Callable[[], DurableStore]
+
+
+def test_lease_and_load_takes_the_lease_and_loads_the_recent_part(leasing: Leasing):
+    store, rival = leasing(), leasing()
+    session = store.create(long_session(3), {"slug": "a"})
+    taken = store.lease_and_load(session.id, "me", 30)
+    assert taken is not None
+    assert taken.lease == store.lease(session.id)
+    assert (taken.lease.owner, taken.lease.fencing_token, taken.lease.takeovers) == ("me", 1, 0)
+    assert taken.session == store.load(session.id, history=False)
+    assert not taken.session.has_history and taken.session.version == session.version
+    assert rival.lease_and_load(session.id, "you", 30) is None  # held and alive
+    assert store.lease(session.id) == taken.lease  # the attempt changed nothing
+
+
+def test_lease_and_load_of_a_missing_session_takes_no_lease(leasing: Leasing):
+    store = leasing()
+    with pytest.raises(SessionNotFound):
+        store.lease_and_load("nobody", "me", 30)
+    assert store.lease("nobody") is None
+    assert store.lease_and_load_token(new_token(), "me", 30) is None  # an unknown token
+
+
+def test_lease_and_load_token_finds_the_session_of_a_continuation(leasing: Leasing):
+    store, rival = leasing(), leasing()
+    session = store.create(long_session(2), {"slug": "a"})
+    token = session.calls["wait"].token
+    taken = store.lease_and_load_token(token, "me", 30)
+    assert isinstance(taken, LeasedSession)
+    assert taken.session.id == session.id and taken.session.call_by_token(token) is not None
+    assert taken.lease == store.lease(session.id) and taken.lease.owner == "me"
+    busy = rival.lease_and_load_token(token, "you", 30)
+    assert busy == Continuation(token, session.id, "wait") == store.find(token)
+    assert store.lease(session.id) == taken.lease
+
+
+def test_save_and_release_commits_and_lets_the_lease_go(leasing: Leasing):
+    store = leasing()
+    session = store.create(Session.start("a", "h", "hi"), {"slug": "a"})
+    taken = store.lease_and_load(session.id, "me", 30)
+    assert taken is not None
+    taken.session.final_answer = "done"
+    stored = store.save_and_release(taken.session, taken.lease)
+    assert stored.version == session.version + 1
+    assert store.load(session.id).final_answer == "done"
+    released = store.lease(session.id)
+    assert released is not None and released.owner == ""
+    assert released.fencing_token == taken.lease.fencing_token
+    again = store.lease_and_load(session.id, "you", 30)  # a clean release: no takeover
+    assert again is not None and again.session.version == stored.version
+    assert (again.lease.fencing_token, again.lease.takeovers) == (taken.lease.fencing_token + 1, 0)
+
+
+def test_a_stale_holders_save_and_release_is_fenced_out_and_changes_nothing(leasing: Leasing):
+    store, rival = leasing(), leasing()
+    session = store.create(Session.start("a", "h", "hi"), {"slug": "a"})
+    first = store.lease_and_load(session.id, "one", 30)
+    assert first is not None
+    lapse(store, first.lease)  # the first holder stalls past its lease
+    second = rival.lease_and_load(session.id, "two", 30)
+    assert second is not None  # a takeover, counted
+    assert second.lease.fencing_token == first.lease.fencing_token + 1
+    assert second.lease.takeovers == 1
+    first.session.final_answer = "from the stale holder"
+    with pytest.raises(FencedOut, match="stale"):
+        store.save_and_release(first.session, first.lease)
+    assert store.load(session.id).version == session.version  # nothing written
+    assert store.lease(session.id) == second.lease  # nor the newer lease released
+    assert rival.save_and_release(second.session, second.lease).version == session.version + 1
+
+
+def test_save_and_release_of_a_stale_read_is_a_conflict_and_keeps_the_lease(leasing: Leasing):
+    store = leasing()
+    session = store.create(Session.start("a", "h", "hi"), {"slug": "a"})
+    taken = store.lease_and_load(session.id, "me", 30)
+    assert taken is not None
+    meanwhile = store.load(session.id)
+    meanwhile.final_answer = "an operator's unfenced write"
+    store.save(meanwhile)
+    with pytest.raises(VersionConflict):
+        store.save_and_release(taken.session, taken.lease)
+    assert store.lease(session.id) == taken.lease  # still held: nothing changed
+    assert store.load(session.id).final_answer == "an operator's unfenced write"

@@ -280,6 +280,10 @@ def test_a_notify_wakes_a_waiting_worker(postgres_url, store):
         assert store.wait_for_due(0) is False
         other.release_lease(lease)  # let go while still due: announced
         assert pool.submit(store.wait_for_due, 120).result(timeout=120) is True
+        taken = other.lease_and_load(session.id, "w", ttl_s=60)  # one round trip
+        assert taken is not None and store.wait_for_due(0) is False
+        other.save_and_release(taken.session, taken.lease)  # its last commit lets go: announced
+        assert pool.submit(store.wait_for_due, 120).result(timeout=120) is True
 
 
 # --- passwords --------------------------------------------------------------------------

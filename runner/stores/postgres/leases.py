@@ -78,28 +78,20 @@ class PostgresLeases(SqlLeases[Connection]):
         self._pg.align(now)
         return now
 
-    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
+    def acquire_in(self, tx: Connection, name: str, owner: str, ttl_ms: int) -> Lease | None:
         """One upsert: a new lease, or the next token when the last holder released it or
         let it expire (a takeover, counted), or nothing while a live holder has it."""
-        ttl = int(ttl_s * 1000)
-        values = {"name": name, "owner": owner, "ttl": ttl}
-        row = self._engine.write(
-            f"acquiring lease {name}", lambda db: one(db, self._acquire, values), lease=True
-        )
+        row = one(tx, self._acquire, {"name": name, "owner": owner, "ttl": ttl_ms})
         if row is None:
             return None
-        self._pg.align(int(row[1]) - ttl)  # the lease starts at the database's now
+        self._pg.align(int(row[1]) - ttl_ms)  # the lease starts at the database's now
         return Lease(name, owner, row[0], row[1], row[2])
 
-    def release_lease(self, lease: Lease) -> None:
-        """Give the lease up cleanly (a clean release resets the takeover count), and
-        wake idle workers if the session is due: no one else could take it until now."""
+    def release_in(self, tx: Connection, lease: Lease) -> None:
+        """Give the lease up cleanly, and wake idle workers if the session is due: no one
+        else could take it until now (the NOTIFY goes out at the commit)."""
         values = {"name": lease.name, "token": lease.fencing_token, "channel": DUE_CHANNEL}
-        self._engine.change(
-            f"releasing lease {lease.name}",
-            lambda db: db.execute(self._release, values),
-            lease=True,
-        )
+        tx.execute(self._release, values)
 
     def due_sessions(self, limit: int, exclude: Collection[str] = ()) -> list[str]:
         """Sessions a worker can advance now: due, and not leased by a live holder.

@@ -20,6 +20,7 @@ from runner.stores.postgres.schema import migrate
 from runner.stores.postgres.sessions import PostgresSessions
 from runner.stores.sql.audit import SqlAuditLog
 from runner.stores.sql.cache import SqlToolCache
+from runner.stores.sql.leased import SqlLeasedSessions
 from runner.stores.sql.ledger import SqlEffectLedger
 
 
@@ -57,13 +58,15 @@ class PostgresStore(ForwardsAudit, ComposedStore):
         engine = PostgresEngine(self._db)
         self._events = PostgresEventLog(engine, self.description)
         self._leases = PostgresLeases(engine, offer_s, self.description)
+        sessions = PostgresSessions(engine, self._events, self.description)
         ComposedStore.__init__(self, StoreParts(
-            sessions=PostgresSessions(engine, self._events, self.description),
+            sessions=sessions,
             leases=self._leases,
             events=self._events,
             ledger=SqlEffectLedger(engine),
             call_claims=PostgresCallClaims(engine),
             cache=SqlToolCache(engine),
+            leased=SqlLeasedSessions(engine, sessions, self._leases),
         ))  # fmt: skip
         self.audit = SqlAuditLog(engine, self.description)
         try:

@@ -1,13 +1,16 @@
-"""Leases and due work, the half both engines share: reading a lease and the clock, and
-renewing (one update guarded by the fencing token). Taking and releasing a lease and
-offering due sessions differ: SQLite has one writer, PostgreSQL many hosts polling at
-once (each engine's leases.py).
+"""Leases and due work, the half both engines share: reading a lease and the clock,
+renewing (one update guarded by the fencing token), and the calls that take and release
+a lease. What taking and releasing write (`acquire_in`, `release_in`, which
+runner.stores.sql.leased also runs inside a session's transaction) and offering due
+sessions differ: SQLite has one writer, PostgreSQL many hosts polling at once (each
+engine's leases.py).
 
 Everything here runs on the engine's lease connection (`lease=True`), so that renewing
 a lease never waits behind this process's data calls."""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import replace
 from typing import Any, Generic
 
@@ -27,6 +30,34 @@ class SqlLeases(Leases, Generic[TxT]):
         self._renew = sql(
             "UPDATE leases SET expires_ms = {now} + ? WHERE name = ? AND fencing_token = ?"
             " RETURNING expires_ms"
+        )
+
+    # --- what each engine says --------------------------------------------------------
+
+    @abstractmethod
+    def acquire_in(self, tx: TxT, name: str, owner: str, ttl_ms: int) -> Lease | None:
+        """Inside a write transaction: take the lease (a new one with the next token, a
+        takeover counted when its last holder never released it), or None while a live
+        holder has it."""
+
+    @abstractmethod
+    def release_in(self, tx: TxT, lease: Lease) -> None:
+        """Inside a transaction: give the lease up cleanly (a clean release resets the
+        takeover count) if its token is still the newest; nothing otherwise."""
+
+    # --- the contract -------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
+        ttl_ms = int(ttl_s * 1000)
+        return self._engine.write(
+            f"acquiring lease {name}",
+            lambda tx: self.acquire_in(tx, name, owner, ttl_ms),
+            lease=True,
+        )
+
+    def release_lease(self, lease: Lease) -> None:
+        self._engine.change(
+            f"releasing lease {lease.name}", lambda tx: self.release_in(tx, lease), lease=True
         )
 
     def now_ms(self) -> int:

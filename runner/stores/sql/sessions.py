@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import json
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any, Generic, Literal, overload
 
 from pydantic import ValidationError
@@ -39,6 +40,10 @@ from runner.stores.sql.engine import Engine, TxT, one, rows
 from runner.stores.sql.events import SqlEventLog
 from runner.stores.sql.rows import calls_of, turns_of
 
+#: What `load` reads of a session: its header document, version, the index of the first
+#: turn read, the turns' and the calls' documents.
+SessionRows = tuple[str, int, int, list[str], list[str]]
+
 
 class SqlSessions(FencedSessions, Generic[TxT]):
     def __init__(self, engine: Engine[TxT], events: SqlEventLog[TxT], description: str) -> None:
@@ -57,6 +62,9 @@ class SqlSessions(FencedSessions, Generic[TxT]):
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         self._header = sql("SELECT document, version, turn_count FROM sessions WHERE id = ?")
+        self._header_locked = sql(
+            "SELECT document, version, turn_count FROM sessions WHERE id = ?{lock}"
+        )
         self._stored = sql("SELECT version, turn_count, status FROM sessions WHERE id = ?{lock}")
         self._update = sql(
             "UPDATE sessions SET version = ?, status = ?, document = ?, updated_ms = ?,"
@@ -155,23 +163,33 @@ class SqlSessions(FencedSessions, Generic[TxT]):
     def load(self, session_id: str, *, history: bool = True) -> SessionTail:
         """The header, then the whole history, or (history=False) only the last turn and
         the calls that can still change: open ones and those of the last LLM turn."""
-
-        def work(tx: TxT) -> tuple[str, int, int, builtins.list[str], builtins.list[str]]:
-            row = one(tx, self._header, (session_id,))
-            if row is None:
-                raise SessionNotFound(session_id)
-            header, version, turn_count = row
-            first = 0 if history else max(turn_count - 1, 0)
-            turns = [r[0] for r in rows(tx, self._turns_from, (session_id, first))]
-            if history:
-                calls = [r[0] for r in rows(tx, self._all_calls, (session_id,))]
-            else:
-                calls = self._recent_calls(tx, session_id, turn_count)
-            return header, version, first, turns, calls
-
-        header, version, first, turn_rows, call_rows = self._engine.snapshot(
-            f"loading session {session_id}", work
+        rows_read = self._engine.snapshot(
+            f"loading session {session_id}",
+            lambda tx: self.read_in(tx, session_id, history=history),
         )
+        return self.decode(session_id, rows_read)
+
+    def read_in(
+        self, tx: TxT, session_id: str, *, history: bool, lock: bool = False
+    ) -> SessionRows:
+        """Inside a snapshot or transaction: the rows `load` reads (SessionNotFound when
+        there is none). `lock`: in a write transaction, lock the header row as a save
+        does first, so no save of the session commits between these reads."""
+        row = one(tx, self._header_locked if lock else self._header, (session_id,))
+        if row is None:
+            raise SessionNotFound(session_id)
+        header, version, turn_count = row
+        first = 0 if history else max(turn_count - 1, 0)
+        turns = [r[0] for r in rows(tx, self._turns_from, (session_id, first))]
+        if history:
+            calls = [r[0] for r in rows(tx, self._all_calls, (session_id,))]
+        else:
+            calls = self._recent_calls(tx, session_id, turn_count)
+        return header, version, first, turns, calls
+
+    def decode(self, session_id: str, read: SessionRows) -> SessionTail:
+        """The session `read_in` read."""
+        header, version, first, turn_rows, call_rows = read
         try:
             session = load_document(header)
             turns, calls = turns_of(turn_rows), calls_of(call_rows)
@@ -205,6 +223,17 @@ class SqlSessions(FencedSessions, Generic[TxT]):
 
     def save(self, session: SessionT, fences: tuple[Lease, ...] = ()) -> SessionT:
         """One transaction: the fences, the compare-and-set on the header, the new rows."""
+        return self.save_with(session, fences)
+
+    def save_with(
+        self,
+        session: SessionT,
+        fences: tuple[Lease, ...],
+        then: Callable[[TxT], None] | None = None,
+        what: str | None = None,
+    ) -> SessionT:
+        """`save`, running `then` in its transaction after the session's rows (before
+        the events, which come last)."""
         stored = session.model_copy(update={"version": session.version + 1,
                                             "updated_ms": self._engine.stamp()})  # fmt: skip
         calls = self._settled.unsettled(session)
@@ -226,11 +255,13 @@ class SqlSessions(FencedSessions, Generic[TxT]):
             self._write_rows(tx, stored, first, calls, stored_turns=row[1], new=new)
             if not fences:  # a holder's release announces its session (release_lease)
                 self._announce_due(tx, stored)
+            if then is not None:
+                then(tx)
             events = derive_events(stored, calls, row[2], states)
             self._events.append(tx, session.id, events, stored.updated_ms)  # last: it may lock
             return events
 
-        events = self._engine.write(f"saving session {session.id}", work, fences=fences)
+        events = self._engine.write(what or f"saving session {session.id}", work, fences=fences)
         self._events.committed(events)
         self._settled.remember(stored.id, terminal_ids(calls))
         return stored
@@ -250,5 +281,9 @@ class SqlSessions(FencedSessions, Generic[TxT]):
         return [SessionSummary(*row) for row in found]
 
     def find(self, token: str) -> Continuation | None:
-        row = self._engine.read("finding a continuation", lambda tx: one(tx, self._find, (token,)))
+        return self._engine.read("finding a continuation", lambda tx: self.find_in(tx, token))
+
+    def find_in(self, tx: TxT, token: str) -> Continuation | None:
+        """Inside a snapshot or transaction: `find`."""
+        row = one(tx, self._find, (token,))
         return Continuation(token, row[0], row[1]) if row else None

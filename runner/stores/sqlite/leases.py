@@ -1,6 +1,6 @@
 """SQLiteStore's leases and due-session offers: what SQLite does its own way
 (runner.stores.sql.leases has the rest). With one writer, taking a lease reads and
-writes it in one transaction; `due_sessions` offers every due session not leased by a
+writes it in one transaction (the caller's); `due_sessions` offers every due session not leased by a
 live holder (there is no one else polling the same file to keep apart from)."""
 
 from __future__ import annotations
@@ -25,37 +25,31 @@ class SQLiteLeases(SqlLeases[sqlite3.Connection]):
             " ORDER BY s.due_ms LIMIT ?"
         )
 
-    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
-        def work(db: sqlite3.Connection) -> Lease | None:
-            now = db.execute(self._now).fetchone()[0]
-            row = db.execute(
-                "SELECT owner, expires_ms, fencing_token, takeovers FROM leases WHERE name = ?",
-                (name,),
-            ).fetchone()
-            held_by, expires, token, takeovers = row or (None, 0, 0, 0)
-            if held_by is not None and expires > now:
-                return None
-            # A lease left behind (never released) means its holder died: count it.
-            takeovers = takeovers + 1 if held_by is not None else 0
-            lease = Lease(name, owner, token + 1, now + int(ttl_s * 1000), takeovers)
-            db.execute(
-                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
-                (name, owner, lease.expires_ms, lease.fencing_token, takeovers),
-            )
-            return lease
+    def acquire_in(
+        self, tx: sqlite3.Connection, name: str, owner: str, ttl_ms: int
+    ) -> Lease | None:
+        now = tx.execute(self._now).fetchone()[0]
+        row = tx.execute(
+            "SELECT owner, expires_ms, fencing_token, takeovers FROM leases WHERE name = ?",
+            (name,),
+        ).fetchone()
+        held_by, expires, token, takeovers = row or (None, 0, 0, 0)
+        if held_by is not None and expires > now:
+            return None
+        # A lease left behind (never released) means its holder died: count it.
+        takeovers = takeovers + 1 if held_by is not None else 0
+        lease = Lease(name, owner, token + 1, now + ttl_ms, takeovers)
+        tx.execute(
+            "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
+            (name, owner, lease.expires_ms, lease.fencing_token, takeovers),
+        )
+        return lease
 
-        return self._engine.write(f"acquiring lease {name}", work, lease=True)
-
-    def release_lease(self, lease: Lease) -> None:
-        """Give the lease up cleanly (a clean release resets the takeover count)."""
-        self._engine.change(
-            f"releasing lease {lease.name}",
-            lambda db: db.execute(
-                "UPDATE leases SET owner = NULL, expires_ms = 0, takeovers = 0"
-                " WHERE name = ? AND fencing_token = ?",
-                (lease.name, lease.fencing_token),
-            ),
-            lease=True,
+    def release_in(self, tx: sqlite3.Connection, lease: Lease) -> None:
+        tx.execute(
+            "UPDATE leases SET owner = NULL, expires_ms = 0, takeovers = 0"
+            " WHERE name = ? AND fencing_token = ?",
+            (lease.name, lease.fencing_token),
         )
 
     def due_sessions(self, limit: int, exclude: Collection[str] = ()) -> list[str]:

@@ -11,6 +11,7 @@ from runner.stores.base import StoreError
 from runner.stores.composed import ComposedStore, ForwardsAudit, StoreParts
 from runner.stores.sql.audit import SqlAuditLog
 from runner.stores.sql.cache import SqlToolCache
+from runner.stores.sql.leased import SqlLeasedSessions
 from runner.stores.sql.ledger import SqlEffectLedger
 from runner.stores.sqlite.call_claims import SQLiteCallClaims
 from runner.stores.sqlite.engine import Connection, SQLiteEngine, Synchronous
@@ -55,13 +56,15 @@ class SQLiteStore(ForwardsAudit, ComposedStore):
             raise StoreError(f"cannot open the store {self.path}: {exc}") from None
         engine = SQLiteEngine(self._data, self._leases)
         events = SQLiteEventLog(engine)
+        sessions, leases = SQLiteSessions(engine, events, self.description), SQLiteLeases(engine)
         ComposedStore.__init__(self, StoreParts(
-            sessions=SQLiteSessions(engine, events, self.description),
-            leases=SQLiteLeases(engine),
+            sessions=sessions,
+            leases=leases,
             events=events,
             ledger=SqlEffectLedger(engine),
             call_claims=SQLiteCallClaims(engine),
             cache=SqlToolCache(engine),
+            leased=SqlLeasedSessions(engine, sessions, leases),
         ))  # fmt: skip
         self.audit = SqlAuditLog(engine, self.description)
 
