@@ -29,7 +29,7 @@ import anyio
 
 from runner.faults import crash_point
 from runner.session.storage import Storage
-from runner.state import Session, now_ms
+from runner.state import SessionTail, now_ms
 from runner.stores import DurableStore, FencedOut, Lease, LeasedSession
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ Take = Callable[[], Awaitable[LeasedSession | str]]
 
 @asynccontextmanager
 async def hold(storage: Storage, ttl_s: float, wait_s: float, take: Take) -> AsyncIterator[
-    tuple[Session, Holder]
+    tuple[SessionTail, Holder]
 ]:  # fmt: skip
     """Take the lease and load the session (`take`, again every so often for up to
     `wait_s` while a live holder has it: LeaseBusy then), renew it while the caller

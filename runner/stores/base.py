@@ -301,7 +301,7 @@ class LeasedSession:
     taken on it."""
 
     lease: Lease
-    session: Session
+    session: SessionTail
 
 
 class LeasedSessions(ABC):
@@ -324,7 +324,7 @@ class LeasedSessions(ABC):
         holder has its session's lease."""
 
     @abstractmethod
-    def save_and_release(self, session: Session, lease: Lease) -> Session:
+    def save_and_release(self, session: SessionT, lease: Lease) -> SessionT:
         """`save(session, (lease,))`, then `release_lease(lease)`, as one: on
         VersionConflict, FencedOut or SessionNotFound nothing is written and the lease
         is as it was (still held, unless a newer holder took it)."""
@@ -473,7 +473,7 @@ class DurableStore(
             return None
         return self.lease_and_load(found.session_id, owner, ttl_s) or found
 
-    def save_and_release(self, session: Session, lease: Lease) -> Session:
+    def save_and_release(self, session: SessionT, lease: Lease) -> SessionT:
         stored = self.save(session, (lease,))
         self.release_lease(lease)
         return stored

@@ -137,7 +137,7 @@ class ComposedStore(ForwardsSessions, DurableStore):
             return super().lease_and_load_token(token, owner, ttl_s)
         return self.parts.leased.lease_and_load_token(token, owner, ttl_s)
 
-    def save_and_release(self, session: Session, lease: Lease) -> Session:
+    def save_and_release(self, session: SessionT, lease: Lease) -> SessionT:
         if self.parts.leased is None:
             return super().save_and_release(session, lease)
         return self.parts.leased.save_and_release(session, lease)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Generic
 
-from runner.state import Session
+from runner.state import SessionT
 from runner.stores.base import Continuation, Lease, LeasedSession, LeasedSessions
 from runner.stores.sql.engine import Engine, TxT
 from runner.stores.sql.leases import SqlLeases
@@ -70,7 +70,7 @@ class SqlLeasedSessions(LeasedSessions, Generic[TxT]):
             return None
         return self._loaded(found.session_id, taken) or found
 
-    def save_and_release(self, session: Session, lease: Lease) -> Session:
+    def save_and_release(self, session: SessionT, lease: Lease) -> SessionT:
         return self._sessions.save_with(
             session,
             (lease,),
