@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.llm.keys import ApiKeys
 from runner.server.auth import Grant
 from runner.server.inline import InlineRules, check_inline
 from runner.server.problems import Problem
@@ -32,7 +33,7 @@ class AttachmentBody(BaseModel):
 
 
 def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | None,
-             inline: InlineRules | None = None) -> Agent:  # fmt: skip
+             inline: InlineRules | None = None, keys: ApiKeys | None = None) -> Agent:  # fmt: skip
     """The agent a new session runs (blocking: it may read files)."""
     if isinstance(agent, dict):
         return _inline(agent, who, inline or InlineRules())
@@ -44,7 +45,7 @@ def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | 
         raise Problem(422, "unknown_agent", f"body.agent: no agent file {agent[:120]!r} in"
                       " the server's agents directory")  # fmt: skip
     try:
-        return load_agent(path)
+        return load_agent(path, keys)
     except AgentError as exc:  # the operator's file, not the caller's mistake, but named
         raise Problem(422, "invalid_agent", f"body.agent: {exc}") from exc
 

@@ -152,7 +152,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     stored, and the sessions this process advances get them from these files."""
     agents_dir = app.state.settings.agents_dir
     if agents_dir is not None:
-        read = await anyio.to_thread.run_sync(remember_files, agents_dir)
+        keys = app.state.settings.agents.api_keys
+        read = await anyio.to_thread.run_sync(remember_files, agents_dir, keys)
         log.info("read %d agent file(s) from %s", read, agents_dir)
     yield
 
@@ -192,8 +193,9 @@ async def readyz(config: Config, request: Request) -> JSONResponse:
 @router.post("/v1/sessions", status_code=201, responses=responses(409, 422))
 async def create_session(body: CreateSession, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator")
+    keys = config.agents.api_keys
     definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
-                                                who, config.inline)  # fmt: skip
+                                                who, config.inline, keys)  # fmt: skip
     attachments = intake.attachments_of(body.attachments)
     engine = config.engine
     with engine_errors():
