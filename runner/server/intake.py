@@ -17,7 +17,7 @@ from runner.server.auth import Grant
 from runner.server.inline import InlineRules, check_inline
 from runner.server.problems import Problem
 from runner.session import Agent, AgentError, load_agent, parse_agent
-from runner.session.agent import ScriptedProvider
+from runner.session.agent import EnvironmentProvider, ScriptedProvider
 from runner.session.attachments import AttachmentError, add_to_total, attachment_from_bytes
 from runner.state import Attachment
 
@@ -59,6 +59,11 @@ def _inline(document: dict[str, Any], who: Grant | None, rules: InlineRules) -> 
     except AgentError as exc:
         raise Problem(422, "invalid_agent", str(exc)) from exc
     provider = agent.provider
+    if isinstance(provider, EnvironmentProvider) and provider.api_key_id is not None:
+        # The keys are the operator's, for the agent files of --agents DIR: an inline
+        # agent naming one could send it to a model URL of its own choosing.
+        raise Problem(422, "invalid_agent", "body.agent: apiKeyId: an inline agent names no"
+                      " key; name an agent file of the server's agents directory")  # fmt: skip
     if isinstance(provider, ScriptedProvider) and provider.responses is None:
         # load_agent reads a script file beside the agent file; an inline one has none,
         # and the server reads no file a request names.
