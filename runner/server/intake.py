@@ -64,6 +64,12 @@ def _inline(document: dict[str, Any], who: Grant | None, rules: InlineRules) -> 
         # agent naming one could send it to a model URL of its own choosing.
         raise Problem(422, "invalid_agent", "body.agent: apiKeyId: an inline agent names no"
                       " key; name an agent file of the server's agents directory")  # fmt: skip
+    scripted = [i for i, tool in enumerate(agent.tools) if tool.script is not None]
+    if scripted:
+        # The server would read the file a request names and ship it to the sandbox.
+        raise Problem(422, "invalid_agent", f"body.agent: tools[{scripted[0]}].script: an"
+                      " inline agent has no bash toolbox; name an agent file of the"
+                      " server's agents directory")  # fmt: skip
     if isinstance(provider, ScriptedProvider) and provider.responses is None:
         # load_agent reads a script file beside the agent file; an inline one has none,
         # and the server reads no file a request names.

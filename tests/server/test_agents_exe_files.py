@@ -44,6 +44,13 @@ def test_a_tagged_agent_file_runs_by_name_with_the_server_s_keys(tmp_path: Path,
             refused = httpx.post(f"{url}/v1/sessions", json={"agent": inline, "prompt": "hi"})
             assert "body.agent: apiKeyId: an inline agent names no key" in str(
                 problem(refused, 422)["detail"])  # fmt: skip
+            # Nor give a bash tool's script: the server would read a file the request names.
+            tool = {"name": "bash_x", "kind": "bash", "script": {"path": "/etc/hostname",
+                                                                 "args": []}}  # fmt: skip
+            refused = httpx.post(f"{url}/v1/sessions", json={
+                "agent": {"slug": "x", "tools": [tool]}, "prompt": "hi"})  # fmt: skip
+            assert "body.agent: tools[0].script: an inline agent has no bash toolbox" in str(
+                problem(refused, 422)["detail"])  # fmt: skip
             # This process read the file at start: its sessions get the key.
             chat_server.reply({"role": "assistant", "content": "Hello."})
             report = anyio.run(Engine(store).resume, session_id)
