@@ -11,6 +11,7 @@ sessions, and commands that need leases (`worker`) refuse it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -26,10 +27,11 @@ from envelopes import controls
 from runner.cli.app import fail
 from runner.cli.pooling import with_pool
 from runner.cli.settings import DEFAULT_STORE as DEFAULT_STORE  # the commands import it here
-from runner.cli.settings import EngineSettings, WorkerSettings, current, env_name
+from runner.cli.settings import CommandSettings, EngineSettings, WorkerSettings, current, env_name
 from runner.isolation.audit import AuditError
 from runner.isolation.docker import RUNTIME_NAME
 from runner.llm import LLMError
+from runner.llm.keys import AGENTS_EXE_KEYS_FILE, ApiKeys, KeysError, read_keys_file
 from runner.session import (
     Agent,
     AgentError,
@@ -149,6 +151,14 @@ AuditOption = Annotated[
 AgentFileOption = Annotated[
     Path | None, typer.Option("--agent-file", help="the agent definition (JSON)")
 ]
+
+
+ApiKeysOption = Annotated[
+    Path | None,
+    typer.Option("--api-keys", metavar="FILE", help="agents-exe's keys file, where an agent"
+                 " file's apiKeyId is looked up (default: AGENTS_RUNNER_API_KEYS, else"
+                 " ~/.config/agents-exe/secret-keys if it exists)"),
+]  # fmt: skip
 
 
 SessionId = Annotated[str, typer.Argument(help="the session id")]
@@ -294,20 +304,39 @@ def run_engine(
     return run_async(pooled)
 
 
-def given_agent(path: Path | None) -> Agent | None:
+def api_keys(obj: Any = None) -> ApiKeys:
+    """The keys an agent file's `apiKeyId` names: agents-exe's keys file (`--api-keys
+    FILE`, which the app's callback keeps in `obj`, the root context's; else
+    AGENTS_RUNNER_API_KEYS; else ~/.config/agents-exe/secret-keys if there is one), and
+    the AGENTS_EXE_KEY_<ID> variables over it. A bad file fails the command."""
+    given = obj.get("api_keys") if isinstance(obj, dict) else None
+    chosen = given or current(CommandSettings).api_keys
+    path = Path(chosen).expanduser() if chosen else Path.home() / AGENTS_EXE_KEYS_FILE
+    keys = ApiKeys()
+    if chosen or path.is_file():
+        try:
+            keys = read_keys_file(path)
+        except KeysError as exc:
+            fail(f"--api-keys: {exc}", 2)
+    return keys.with_variables(os.environ)
+
+
+def given_agent(path: Path | None, obj: Any = None) -> Agent | None:
     """The agent of `--agent-file`, if given, in asynchronous mode: it replaces the
     session's stored one (checked against it when the session advances)."""
     if path is None:
         return None
+    keys = api_keys(obj)
     with user_errors():
-        return load_agent(path).with_mode("asynchronous")
+        return load_agent(path, keys).with_mode("asynchronous")
 
 
-def agent_from_file(path: Path | None) -> Agent:
+def agent_from_file(path: Path | None, obj: Any = None) -> Agent:
     if path is None:
         fail("--agent-file is required (before or after the command name)")
+    keys = api_keys(obj)
     with user_errors():
-        return load_agent(path)
+        return load_agent(path, keys)
 
 
 def read_attached(paths: list[Path] | None) -> list[Attachment]:

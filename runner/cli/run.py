@@ -16,6 +16,7 @@ from runner.cli.app import app, configure_logging, fail
 from runner.cli.common import (
     DEFAULT_STORE,
     AgentFileOption,
+    ApiKeysOption,
     AttachOption,
     AuditOption,
     JsonOption,
@@ -32,11 +33,13 @@ from runner.cli.settings import read_settings, settings_class
 
 
 @app.callback()
-def global_options(ctx: typer.Context, agent_file: AgentFileOption = None) -> None:
+def global_options(
+    ctx: typer.Context, agent_file: AgentFileOption = None, api_keys: ApiKeysOption = None
+) -> None:
     """Run an agent's tool calls durably, and the dangerous ones in isolated workers."""
     settings = read_settings(settings_class(ctx.invoked_subcommand))
     configure_logging(settings.log_level)
-    ctx.obj = {"agent_file": agent_file, "settings": settings}
+    ctx.obj = {"agent_file": agent_file, "api_keys": api_keys, "settings": settings}
 
 
 @app.command("run")
@@ -56,7 +59,7 @@ def run(
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
     with open_sessions(store, create=True) as opened:
-        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"))
+        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), ctx.obj)
         report = run_engine(opened, pool_size, lambda e: e.agent(agent).run(text, attachments),
                             audit)  # fmt: skip
     document = report.to_dict()

@@ -36,6 +36,7 @@ from runner.cli.common import (
     PoolSizeOption,
     RuntimeOption,
     StoreOption,
+    api_keys,
     open_store,
 )
 from runner.cli.settings import env_name
@@ -131,6 +132,7 @@ MaxLongPollsPerTokenOption = Annotated[
 
 @app.command("serve")
 def serve(
+    ctx: typer.Context,
     store: StoreOption = DEFAULT_STORE,
     host: Annotated[str, typer.Option("--host", help="the address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, envvar=env_name("port"))] = 8080,
@@ -204,7 +206,8 @@ def serve(
         except typer.Exit as exc:  # said on stderr already; a start-up error is 2
             raise typer.Exit(2 if exc.exit_code else 0) from None
         anyio.run(run_server, held, listening, agents, grants, inline, limits, concurrency,
-                  poll_seconds, pool_size, pool_idle_seconds, runtime)  # fmt: skip
+                  poll_seconds, pool_size, pool_idle_seconds, runtime,
+                  api_keys(ctx.obj))  # fmt: skip
 
 
 def _listen(host: str, port: int) -> socket.socket:

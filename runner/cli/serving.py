@@ -16,7 +16,7 @@ import re
 import signal
 import socket
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -26,6 +26,7 @@ from runner.cli.app import fail
 from runner.cli.settings import ServeSettings, current
 from runner.cli.worker import log, open_engine, shutdown_when
 from runner.isolation import check_engine
+from runner.llm.keys import ApiKeys
 from runner.server import Grant, close_streams, create_app
 from runner.server.inline import InlineRules
 from runner.server.limits import Limits
@@ -94,9 +95,11 @@ class _Server(uvicorn.Server):
 async def run_server(store: DurableStore, listening: Listening, agents: Path | None,
                grants: list[Grant] | None, inline: InlineRules, limits: Limits,
                concurrency: int, poll_s: float, pool_size: int | None,
-               pool_idle_s: float | None, runtime: str | None = None) -> None:  # fmt: skip
+               pool_idle_s: float | None, runtime: str | None = None,
+               keys: ApiKeys | None = None) -> None:  # fmt: skip
     # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
-    settings = current(ServeSettings).agent_settings()  # AGENTS_RUNNER_LEASE_SECONDS...
+    settings = replace(current(ServeSettings).agent_settings(),  # AGENTS_RUNNER_LEASE_SECONDS...
+                       api_keys=keys)  # fmt: skip
     app = create_app(store, agents, grants, docker_check=check_engine if pool_size else None,
                      hosts=listening.hosts, inline=inline, limits=limits,
                      agents=settings)  # fmt: skip

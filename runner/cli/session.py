@@ -89,7 +89,7 @@ def start(
     text = read_prompt(prompt, file)
     attachments = read_attached(attach)
     with open_sessions(store, create=True) as opened:
-        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"))
+        agent = agent_from_file(agent_file or (ctx.obj or {}).get("agent_file"), ctx.obj)
 
         async def begin(engine: Engine) -> tuple[Session, StepReport | None]:
             session = await engine.start(agent, text, attachments)
@@ -148,7 +148,7 @@ def resume(
     """Step until the final answer or the next wait (continues a frozen session; with
     --retry, a failed one)."""
     with open_sessions(store) as opened:
-        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
+        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"), ctx.obj)
 
         async def go(engine: Engine) -> StepReport:
             return await engine.resume(session_id, unquarantine=unquarantine, retry=retry,
@@ -250,7 +250,7 @@ def run_isolated(
     """Run the detached isolated calls a session waits on, and record their results
     (the env values of their specs, never stored, come from --agent-file)."""
     with open_sessions(store) as opened:
-        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"))
+        chosen = given_agent(agent_file or (ctx.obj or {}).get("agent_file"), ctx.obj)
         report = run_engine(opened, pool_size, lambda e: e.run_isolated(session_id, chosen),
                             audit, runtime)  # fmt: skip
         print_report(report, as_json)

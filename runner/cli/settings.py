@@ -76,6 +76,12 @@ class CommandSettings(BaseSettings):
 
     log_level: str = Field("WARNING", description="the level of the library's log lines on"
                            " stderr (WARNING: retries and recoveries)")  # fmt: skip
+    api_keys: str | None = Field(None, description="agents-exe's keys file (`{\"keys\": [{\"id\","
+                                 " \"value\"}]}`), where an agent file's `apiKeyId` is looked"
+                                 " up (`--api-keys FILE` wins; AGENTS_EXE_KEY_<ID> variables win"
+                                 " over both)",
+                                 json_schema_extra={"shown": "~/.config/agents-exe/secret-keys,"
+                                                    " if it exists"})  # fmt: skip
 
     @field_validator("log_level", mode="before")
     @classmethod

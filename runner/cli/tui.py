@@ -7,12 +7,19 @@ prompt sent from the editor starts a new session of that agent and runs it live.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from runner.cli.app import app, fail
-from runner.cli.common import DEFAULT_STORE, AgentFileOption, StoreOption, open_sessions
+from runner.cli.common import (
+    DEFAULT_STORE,
+    AgentFileOption,
+    StoreOption,
+    api_keys,
+    open_sessions,
+)
 from runner.cli.settings import TuiSettings, current, env_name
 
 if TYPE_CHECKING:
@@ -57,7 +64,8 @@ def tui(
         fail("--token goes with --server")
     # Without an agent file the console only reads and answers: a store must be there.
     with open_sessions(store, create=chosen is not None) as opened:
-        _run(StoreSource(opened, chosen, settings=current(TuiSettings).agent_settings()))
+        settings = replace(current(TuiSettings).agent_settings(), api_keys=api_keys(ctx.obj))
+        _run(StoreSource(opened, chosen, settings=settings))
 
 
 def _run(source: Source) -> None:

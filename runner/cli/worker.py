@@ -51,6 +51,7 @@ from runner.cli.common import (
     PoolSizeOption,
     RuntimeOption,
     StoreOption,
+    api_keys,
     open_store,
 )
 from runner.cli.settings import WorkerSettings, current
@@ -66,6 +67,7 @@ from runner.stores import DurableStore
 
 @app.command("worker")
 def worker(
+    ctx: typer.Context,
     store: StoreOption = DEFAULT_STORE,
     concurrency: ConcurrencyOption = DEFAULT_CONCURRENCY,
     poll_seconds: PollSecondsOption = DEFAULT_POLL_SECONDS,
@@ -91,7 +93,8 @@ def worker(
     """Advance due sessions until SIGTERM (which drains: finish, release, exit)."""
     keyring = Keyring()  # the engine's: the env values of these files, never stored
     if agents is not None:
-        log(f"worker: {remember_files(agents, keyring)} agent file(s) read from {agents}")
+        read = remember_files(agents, keyring, api_keys(ctx.obj))
+        log(f"worker: {read} agent file(s) read from {agents}")
     with open_store(store, "the worker (it shares sessions with other processes)") as durable:
         anyio.run(_serve, durable, concurrency, poll_seconds, exit_when_idle, pool_size,
                   pool_idle_seconds, runtime, audit, keyring)  # fmt: skip

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from runner.llm.keys import ApiKeys
 
 
 class _Config(BaseModel):
@@ -57,15 +59,43 @@ class EnvironmentProvider(_Config):
     agent files expect: what an agent without a `provider` uses.
 
     The base URL is `baseUrl`, else OPENAI_BASE_URL, else the OpenAI API; the model is
-    `model`, else OPENAI_MODEL; the key is always OPENAI_API_KEY (never in a file). The
-    variables are read at the first model call, not when the agent is loaded, so a
-    session can be started (or inspected) on a machine without a key."""
+    `model`, else OPENAI_MODEL; the key is OPENAI_API_KEY, or with `apiKeyId` (agents-exe's)
+    the key of that id, resolved by the command that loads the file (`with_key`) and held
+    in this object only, never in its document. The variables are read at the first model
+    call, not when the agent is loaded, so a session can be started (or inspected) on a
+    machine without a key."""
 
     tag: Literal["environment"] = "environment"
     base_url: Annotated[str | None, Field(alias="baseUrl", pattern=r"^https?://")] = None
     model: Annotated[str | None, Field(min_length=1)] = None
     timeout_seconds: Annotated[float, Field(alias="timeoutSeconds", gt=0)] = 60.0
     max_retries: Annotated[int, Field(alias="maxRetries", ge=0, le=10)] = 2
+    #: agents-exe's key id: the key is the one of this id in the keys the loader was given.
+    api_key_id: Annotated[str | None, Field(alias="apiKeyId", min_length=1)] = None
+    _api_key: str | None = PrivateAttr(default=None)
+    _key_problem: str | None = PrivateAttr(default=None)
+
+    def with_key(self, keys: ApiKeys | None) -> EnvironmentProvider:
+        """This provider holding the value of its `apiKeyId` from `keys` (or, when `keys`
+        has none, why: the first model call then fails with that message)."""
+        copied = self.model_copy()
+        if self.api_key_id is None:
+            return copied
+        value = keys.get(self.api_key_id) if keys is not None else None
+        copied._api_key = value or None
+        copied._key_problem = None if value else (keys or ApiKeys()).missing(self.api_key_id)
+        return copied
+
+    @property
+    def has_key(self) -> bool:
+        """Whether the value of `apiKeyId` is held here (never shown)."""
+        return self._api_key is not None
+
+    def api_key(self) -> str:
+        """The value of `apiKeyId`; ValueError saying where it was looked for without one."""
+        if self._api_key is None:
+            raise ValueError(self._key_problem or ApiKeys().missing(self.api_key_id or ""))
+        return self._api_key
 
 
 #: An agent's `provider` section: one of the providers above, chosen by `tag`.

@@ -44,7 +44,13 @@ class EnvironmentLLM(AsyncClosing):
             raise LLMClosedError("this environment-configured provider is closed")
         if self._client is None:
             environ = os.environ if self._environ is None else self._environ
-            key = environ.get(API_KEY_VARIABLE, "")
+            if self.config.api_key_id is not None:
+                try:
+                    key = self.config.api_key()
+                except ValueError as exc:
+                    raise LLMError(str(exc)) from None
+            else:
+                key = environ.get(API_KEY_VARIABLE, "")
             model = self.config.model or environ.get(MODEL_VARIABLE, "")
             missing = [API_KEY_VARIABLE] if not key else []
             missing += [] if model else [MODEL_VARIABLE]

@@ -12,11 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.llm.keys import ApiKeys
 from runner.server.auth import Grant
 from runner.server.inline import InlineRules, check_inline
 from runner.server.problems import Problem
 from runner.session import Agent, AgentError, load_agent, parse_agent
-from runner.session.agent import ScriptedProvider
+from runner.session.agent import EnvironmentProvider, ScriptedProvider
 from runner.session.attachments import AttachmentError, add_to_total, attachment_from_bytes
 from runner.state import Attachment
 
@@ -32,7 +33,7 @@ class AttachmentBody(BaseModel):
 
 
 def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | None,
-             inline: InlineRules | None = None) -> Agent:  # fmt: skip
+             inline: InlineRules | None = None, keys: ApiKeys | None = None) -> Agent:  # fmt: skip
     """The agent a new session runs (blocking: it may read files)."""
     if isinstance(agent, dict):
         return _inline(agent, who, inline or InlineRules())
@@ -44,7 +45,7 @@ def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | 
         raise Problem(422, "unknown_agent", f"body.agent: no agent file {agent[:120]!r} in"
                       " the server's agents directory")  # fmt: skip
     try:
-        return load_agent(path)
+        return load_agent(path, keys)
     except AgentError as exc:  # the operator's file, not the caller's mistake, but named
         raise Problem(422, "invalid_agent", f"body.agent: {exc}") from exc
 
@@ -58,6 +59,17 @@ def _inline(document: dict[str, Any], who: Grant | None, rules: InlineRules) -> 
     except AgentError as exc:
         raise Problem(422, "invalid_agent", str(exc)) from exc
     provider = agent.provider
+    if isinstance(provider, EnvironmentProvider) and provider.api_key_id is not None:
+        # The keys are the operator's, for the agent files of --agents DIR: an inline
+        # agent naming one could send it to a model URL of its own choosing.
+        raise Problem(422, "invalid_agent", "body.agent: apiKeyId: an inline agent names no"
+                      " key; name an agent file of the server's agents directory")  # fmt: skip
+    scripted = [i for i, tool in enumerate(agent.tools) if tool.script is not None]
+    if scripted:
+        # The server would read the file a request names and ship it to the sandbox.
+        raise Problem(422, "invalid_agent", f"body.agent: tools[{scripted[0]}].script: an"
+                      " inline agent has no bash toolbox; name an agent file of the"
+                      " server's agents directory")  # fmt: skip
     if isinstance(provider, ScriptedProvider) and provider.responses is None:
         # load_agent reads a script file beside the agent file; an inline one has none,
         # and the server reads no file a request names.

@@ -153,7 +153,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     keyring)."""
     agents_dir, engine = app.state.settings.agents_dir, app.state.settings.engine
     if agents_dir is not None:
-        read = await anyio.to_thread.run_sync(remember_files, agents_dir, engine.keyring)
+        keys = app.state.settings.agents.api_keys
+        read = await anyio.to_thread.run_sync(remember_files, agents_dir, engine.keyring, keys)
         log.info("read %d agent file(s) from %s", read, agents_dir)
     yield
 
@@ -193,8 +194,9 @@ async def readyz(config: Config, request: Request) -> JSONResponse:
 @router.post("/v1/sessions", status_code=201, responses=responses(409, 422))
 async def create_session(body: CreateSession, config: Config, who: Caller) -> dict[str, Any]:
     require(who, "operator")
+    keys = config.agents.api_keys
     definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
-                                                who, config.inline)  # fmt: skip
+                                                who, config.inline, keys)  # fmt: skip
     attachments = intake.attachments_of(body.attachments)
     engine = config.engine
     with engine_errors():

@@ -5,14 +5,17 @@
 at load time and kept in the definition, so the stored definition is all a later process
 needs, and its hash (`Agent.hash`) changes when anything that matters changes.
 
-Files written for agents-exe load as they are: without a `provider` the agent uses the
-OpenAI-compatible endpoint configured from the environment (`EnvironmentProvider`:
+Files written for agents-exe load as they are, tagged (`{"tag": "OpenAIAgentDescription",
+"contents": {...}}`, as agents-exe writes them) or not: without a `provider` the agent uses
+the OpenAI-compatible endpoint configured from the environment (`EnvironmentProvider`:
 OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL, read at the first model call, so loading
-and `session start` need no key); agents-exe's `modelUrl`, `modelName`, `flavor`
-("OpenAIv1"), `systemPrompt` (a string or a list of lines) and `announce` (a description,
-not used) are read into that provider and `system_prompt`. Its `apiKeyId` names a key in
-agents-exe's own key file, which agents-runner does not read: it is refused with a message
-saying where the key comes from instead. Tools the policy names need not be declared in
+and `session start` need no key); agents-exe's `modelUrl`, `modelName`, `flavor` (the
+OpenAI-compatible ones), `systemPrompt` (a string or a list of lines) and `announce` (a
+description, not used) are read into that provider and `system_prompt`. Its `apiKeyId`
+names a key in agents-exe's keys file: the command that loads the file resolves it
+(`load_agent(path, keys)`), and the value stays in the loaded Agent (never in its
+document, so never in the store). Fields agents-runner does not read yet (NOT_YET) are
+refused naming the field, unless empty. Tools the policy names need not be declared in
 `tools` (see `stepper._track` for what a call to an undeclared tool does).
 """
 
@@ -25,15 +28,23 @@ import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from envelopes.codec import describe_validation_error
-from runner.llm import API_KEY_VARIABLE, ProviderConfig, ScriptedLLM
 from runner.llm import EnvironmentProvider as EnvironmentProvider  # re-exported
 from runner.llm import OpenAIProvider as OpenAIProvider  # re-exported
+from runner.llm import ProviderConfig, ScriptedLLM
 from runner.llm import ScriptedProvider as ScriptedProvider  # re-exported
+from runner.llm.keys import ApiKeys
+from runner.session.bash_tools import (
+    BASH_RUNNER_IMAGE,
+    BashScript,
+    ToolboxError,
+    describe_toolboxes,
+)
 from runner.session.policy import PolicyConfig
 from runner.session.schemas import Compiled, compile_schema
 from runner.session.secrets import Keyring, has_secrets, redact, redacted_names
@@ -67,6 +78,14 @@ class ToolSpec(_Spec):
         default_factory=lambda: {"type": "object", "properties": {}},
         description="JSON Schema of the arguments (draft 2020-12).",
     )
+    #: An agents-exe bash tool's script and its `describe` (runner.session.bash_tools).
+    script: BashScript | None = None
+
+    @model_validator(mode="after")
+    def _script_is_bash(self) -> ToolSpec:
+        if self.script is not None and self.kind != "bash":
+            raise ValueError("only a tool of kind bash has a `script`")
+        return self
 
     @cached_property
     def arguments_check(self) -> Compiled:
@@ -208,44 +227,67 @@ def describe(exc: ValidationError, limit: int = 3) -> str:
     return describe_validation_error(exc, limit, model=Agent, path=error_path)
 
 
-def parse_agent(document: Any, where: str = "agent", keyring: Keyring | None = None) -> Agent:
+def parse_agent(
+    document: Any,
+    where: str = "agent",
+    keys: ApiKeys | None = None,
+    *,
+    keyring: Keyring | None = None,
+    _file: bool = False,
+) -> Agent:
+    """The agent `document` describes, ours or agents-exe's (tagged or not); `keys` gives
+    the value of its `apiKeyId`, if it has one (a stored document has none: its agent is
+    answered with the definition `keyring` remembered, as for env values)."""
     if not isinstance(document, dict):
         raise AgentError(f"{where}: expected a JSON object, got {type(document).__name__}")
-    document = _from_agents_exe(document, where)
+    document, where = _unwrap(document, where)
+    document = _from_agents_exe(document, where, read_toolboxes=_file)
     try:
         agent = Agent.model_validate(document)
     except ValidationError as exc:
         raise AgentError(f"{where}: {describe(exc)}") from None
+    if keys is not None:
+        agent = _with_key(agent, keys)
     if isinstance(agent.provider, ScriptedProvider) and agent.provider.responses is not None:
         try:
             ScriptedLLM(agent.provider.responses)
         except ValueError as exc:
             raise AgentError(f"{where}: provider: {exc}") from None
-    # With a `keyring`: a definition with secret values is remembered in it; a stored
-    # (redacted) one is answered with the remembered definition, if the keyring has it.
+    # With a `keyring`: a definition with secret values (or a key) is remembered in it; a
+    # stored (redacted) one is answered with the remembered definition, if it has it.
     if keyring is not None:
-        if has_secrets(document):
+        if has_secrets(document) or _holds_key(agent):
             remember(agent, keyring)
-        elif redacted_names(document):
+        elif redacted_names(document) or _key_id(agent) is not None:
             return with_secrets(agent, keyring)
     return agent
 
 
+def _key_id(agent: Agent) -> str | None:
+    provider = agent.provider
+    return provider.api_key_id if isinstance(provider, EnvironmentProvider) else None
+
+
+def _holds_key(agent: Agent) -> bool:
+    provider = agent.provider
+    return isinstance(provider, EnvironmentProvider) and provider.has_key
+
+
 def remember(agent: Agent, keyring: Keyring) -> None:
-    """Keep `agent`'s secret values in `keyring`, for the stored documents of it its
-    owner reads."""
-    if has_secrets(agent.model_dump(mode="json", by_alias=True)):
+    """Keep `agent`'s secret values (and its API key) in `keyring`, for the stored
+    documents of it its owner reads."""
+    if has_secrets(agent.model_dump(mode="json", by_alias=True)) or _holds_key(agent):
         keyring.remember(agent.secrets_key, agent)
 
 
-def remember_files(directory: Path, keyring: Keyring) -> int:
+def remember_files(directory: Path, keyring: Keyring, keys: ApiKeys | None = None) -> int:
     """Read every agent file (`*.json`) in `directory` so that its secret values are
     remembered in `keyring` (runner.session.secrets); the number read. A file that does
     not load is logged and passed over: a directory may hold other JSON files."""
     read = 0
     for path in sorted(directory.glob("*.json")):
         try:
-            remember(load_agent(path), keyring)
+            remember(load_agent(path, keys), keyring)
         except AgentError as exc:
             logger.info("not an agent file (its secrets are not remembered): %s", exc)
         else:
@@ -264,22 +306,74 @@ def with_secrets(agent: Agent, keyring: Keyring) -> Agent:
 
 
 #: agents-exe's names for what our `provider` and `system_prompt` hold.
-_AGENTS_EXE_MODEL_FIELDS = ("modelUrl", "modelName", "flavor")
+_AGENTS_EXE_MODEL_FIELDS = ("modelUrl", "modelName", "flavor", "apiKeyId")
+#: agents-exe's model flavors that speak OpenAI's chat-completions API (all of them but
+#: ClaudeV1), in the spellings its parser accepts.
+_OPENAI_FLAVORS = ("OpenAIv1", "openai-v1", "KimiV1", "kimiv1", "MistralV1", "mistral-v1")
+#: The tag of agents-exe's agent document (`{"tag": ..., "contents": {...}}`).
+AGENTS_EXE_TAG = "OpenAIAgentDescription"
+#: agents-exe's agent-file fields agents-runner does not read yet, and what to do instead.
+#: An empty list (or null) is accepted: it asks for nothing.
+NOT_YET: Mapping[str, str] = MappingProxyType(
+    {
+        "extraAgents": "sub-agents are not offered as tools yet",
+        "mcpServers": "MCP servers are not connected yet",
+        "openApiToolboxes": "OpenAPI toolboxes are not read yet",
+        "postgrestToolboxes": "PostgREST toolboxes are not read yet",
+        "builtinToolboxes": "agents-exe's builtin toolboxes are not provided; declare `tools`",
+        "skillSources": "skills are not read yet",
+        "autoEnableSkills": "skills are not read yet",
+    }
+)
+_TOOLBOX_FIELDS = ("bashToolboxes", "toolDirectory")
+_AGENTS_EXE_FIELDS = ("announce", "systemPrompt", *_AGENTS_EXE_MODEL_FIELDS, *NOT_YET,
+                      *_TOOLBOX_FIELDS)  # fmt: skip
 
 
-def _from_agents_exe(document: dict[str, Any], where: str) -> dict[str, Any]:
-    """agents-exe's model fields read into ours (see the module docstring); a document
-    without them is returned as it is."""
-    names = ("apiKeyId", "announce", "systemPrompt", *_AGENTS_EXE_MODEL_FIELDS)
-    if not any(name in document for name in names):
+def _unwrap(document: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
+    """The agent of agents-exe's tagged document (`{"tag": "OpenAIAgentDescription",
+    "contents": {...}}`) and where it is, or the document itself when it is not one."""
+    if "contents" not in document and document.get("tag") != AGENTS_EXE_TAG:
+        return document, where
+    extra = sorted(set(document) - {"tag", "contents"})
+    if extra:
+        raise AgentError(f"{where}: {extra[0]}: a tagged agent document has only `tag` and"
+                         " `contents`")  # fmt: skip
+    if document.get("tag") != AGENTS_EXE_TAG:
+        raise AgentError(f"{where}: tag: expected {AGENTS_EXE_TAG!r} (agents-exe's agent"
+                         f" document), got {document.get('tag')!r}")  # fmt: skip
+    contents = document.get("contents")
+    if not isinstance(contents, dict):
+        raise AgentError(f"{where}: contents: expected the agent, a JSON object")
+    return contents, f"{where}: contents"
+
+
+def _from_agents_exe(
+    document: dict[str, Any], where: str, read_toolboxes: bool = False
+) -> dict[str, Any]:
+    """agents-exe's fields read into ours (see the module docstring); a document
+    without them is returned as it is. Bash toolboxes are read (their scripts asked
+    `describe`) only when `read_toolboxes`: for an agent file, never for a document a
+    request or a store gives."""
+    if not any(name in document for name in _AGENTS_EXE_FIELDS):
         return document
-    out = {k: v for k, v in document.items() if k not in names}
-    if "apiKeyId" in document:
-        raise AgentError(
-            f"{where}: apiKeyId: agents-runner reads no key files; the key of an agent"
-            f" without a `provider` is {API_KEY_VARIABLE} (an openaiCompatible provider"
-            " names its variable in `apiKeyEnv`); remove apiKeyId"
-        )
+    out = {k: v for k, v in document.items() if k not in _AGENTS_EXE_FIELDS}
+    toolboxes = _toolboxes(document, where)
+    if toolboxes:
+        if not read_toolboxes:
+            raise AgentError(f"{where}: bashToolboxes: only an agent file's toolboxes are read"
+                             " (their scripts are run to describe them)")  # fmt: skip
+        try:
+            described = describe_toolboxes(toolboxes, f"{where}: bashToolboxes")
+        except ToolboxError as exc:
+            raise AgentError(str(exc)) from None
+        out["tools"] = [*document.get("tools", []), *described]
+        out["toolCallPolicyConfig"] = _sandboxed(document.get("toolCallPolicyConfig"),
+                                                 [t["name"] for t in described])  # fmt: skip
+    for name, instead in NOT_YET.items():
+        if document.get(name) not in (None, []):
+            raise AgentError(f"{where}: {name}: not supported yet by agents-runner ({instead});"
+                             " see docs/agents-exe.md")  # fmt: skip
     if "announce" in document and not isinstance(document["announce"], str):
         raise AgentError(f"{where}: announce: expected a string")
     if "systemPrompt" in document:
@@ -300,10 +394,11 @@ def _from_agents_exe(document: dict[str, Any], where: str) -> dict[str, Any]:
             " modelUrl/modelName, not both"
         )
     flavor = document.get("flavor", "OpenAIv1")
-    if flavor != "OpenAIv1":
-        raise AgentError(f"{where}: flavor: only OpenAIv1 (OpenAI-compatible) is supported")
+    if flavor not in _OPENAI_FLAVORS:
+        raise AgentError(f"{where}: flavor: {flavor!r} is not supported; agents-runner speaks"
+                         f" OpenAI's API: {', '.join(_OPENAI_FLAVORS)}")  # fmt: skip
     provider: dict[str, Any] = {"tag": "environment"}
-    for field, key in (("modelUrl", "baseUrl"), ("modelName", "model")):
+    for field, key in (("modelUrl", "baseUrl"), ("modelName", "model"), ("apiKeyId", "apiKeyId")):
         if field in document:
             value = document[field]
             if not isinstance(value, str) or not value:
@@ -316,8 +411,48 @@ def _from_agents_exe(document: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def load_agent(path: str | Path) -> Agent:
-    """Read, check and resolve an agent file (its scripted LLM script is read in)."""
+def _toolboxes(document: dict[str, Any], where: str) -> list[Any]:
+    """`bashToolboxes`, and the legacy `toolDirectory` as a FileSystemDirectory entry."""
+    toolboxes = document.get("bashToolboxes") or []
+    if not isinstance(toolboxes, list):
+        raise AgentError(f"{where}: bashToolboxes: expected a list")
+    directory = document.get("toolDirectory")
+    if directory is not None:
+        if not isinstance(directory, str):
+            raise AgentError(f"{where}: toolDirectory: expected a path")
+        toolboxes = [*toolboxes, {"tag": "FileSystemDirectory", "contents": {"path": directory}}]
+    return list(toolboxes)
+
+
+def _sandboxed(policy: Any, tools: list[str]) -> Any:
+    """The policy with each bash tool it runs in-process (by its default, runSync or
+    runAsync, as agents-exe files have it) run in the bash-runner container instead."""
+    if policy is not None and not isinstance(policy, dict):
+        return policy  # the model's validation names what is wrong with it
+    policy = dict(policy or {})
+    default = policy.get("default") or {"tag": "runSync"}
+    if not isinstance(default, dict) or default.get("tag") not in ("runSync", "runAsync"):
+        return policy
+    rules = list(policy.get("rules") or [])
+    named = {r.get("tool") or (r.get("match") or {}).get("tool") for r in rules
+             if isinstance(r, dict)}  # fmt: skip
+    sandbox = {"tag": "runIsolated", "spec": {"tag": "docker", "image": BASH_RUNNER_IMAGE}}
+    rules += [{"tool": t, "disposition": sandbox} for t in tools if t not in named]
+    policy["rules"] = rules
+    return policy
+
+
+def _with_key(agent: Agent, keys: ApiKeys | None) -> Agent:
+    """`agent` whose provider holds the value of its `apiKeyId` from `keys` (if any)."""
+    provider = agent.provider
+    if not isinstance(provider, EnvironmentProvider) or provider.api_key_id is None:
+        return agent
+    return agent.model_copy(update={"provider": provider.with_key(keys)})
+
+
+def load_agent(path: str | Path, keys: ApiKeys | None = None) -> Agent:
+    """Read, check and resolve an agent file (its scripted LLM script is read in; `keys`
+    gives the value of agents-exe's `apiKeyId`)."""
     path = Path(path)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -325,7 +460,7 @@ def load_agent(path: str | Path) -> Agent:
         raise AgentError(f"cannot read agent file {path}: {exc.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AgentError(f"agent file {path} is not valid JSON: {exc}") from None
-    agent = parse_agent(document, f"agent file {path}")
+    agent = parse_agent(document, f"agent file {path}", keys, _file=True)
     provider = agent.provider
     if isinstance(provider, ScriptedProvider) and provider.script and provider.responses is None:
         script_path = path.parent / provider.script
@@ -340,6 +475,8 @@ def load_agent(path: str | Path) -> Agent:
         responses = script.get("responses") if isinstance(script, dict) else None
         if not isinstance(responses, list):
             raise AgentError(f'script {script_path}: expected {{"responses": [...]}}')
+        document, _ = _unwrap(document, "")
         document = {**document, "provider": {**document["provider"], "responses": responses}}
-        agent = parse_agent(document, f"agent file {path} with its script {script_path}")
+        where = f"agent file {path} with its script {script_path}"
+        agent = parse_agent(document, where, keys, _file=True)
     return agent

@@ -56,6 +56,7 @@ from runner.isolation import (
 )
 from runner.isolation.events import WorkerEvent
 from runner.session.agent import Agent
+from runner.session.bash_tools import context_environment, request_arguments, result_of
 from runner.session.leases import Holder
 from runner.session.output import LiveOutput, OutputTail
 from runner.session.policy import (
@@ -284,7 +285,11 @@ class CallExecutor:
         if effect.state == "completed" and effect.result is not None:
             if call.next_attempt_ms is not None:  # its failure was counted: back off, retry
                 return None
-            return from_envelope(ToolCallResult.model_validate_json(effect.result))
+            recorded = from_envelope(ToolCallResult.model_validate_json(effect.result))
+            script = getattr(self.rt.agent.tool(call.tool), "script", None)
+            if script is not None and recorded.status == "ok":  # as _isolated_on reads it
+                return result_of(script, recorded.content)
+            return recorded
         if effect.state == "started" and unknown_if_interrupted(effect.effects):
             return unknown_outcome(
                 f"attempt {effect.attempt} was handed to its worker and the runner stopped"
@@ -316,6 +321,14 @@ class CallExecutor:
         runner = self.rt.audited(runner)  # the one place every isolated call is audited
         spec = base.spec
         extensions = None
+        tool, arguments = call.tool, call.arguments
+        script = getattr(self.rt.agent.tool(call.tool), "script", None)
+        if script is not None:  # an agents-exe bash tool: the bash runner runs its script
+            try:
+                environment = context_environment(self.session.id, call.turn)
+                tool, arguments = "bash", request_arguments(script, call.arguments, environment)
+            except ValueError as exc:
+                return ToolResult.error("INVALID_ARGUMENTS", str(exc))
         if spec.envelope == "agents-exe":  # what agents-exe's request has and v1's has not
             policy = (docker_policy(spec.image) if isinstance(spec, DockerSpec)
                       else local_process_policy(spec.command[0]))  # fmt: skip
@@ -323,8 +336,8 @@ class CallExecutor:
         try:
             request = ToolCallRequest(
                 id=call.token,
-                tool=ToolRef(name=call.tool),
-                arguments=call.arguments,
+                tool=ToolRef(name=tool),
+                arguments=arguments,
                 deadline_ms=int((time.time() + spec.timeout_seconds) * 1000),  # the worker's clock
                 limits=RequestLimits(max_result_bytes=spec.max_result_bytes),
                 context=CallContext(
@@ -343,6 +356,8 @@ class CallExecutor:
         outcome = await self._streamed(runner, request, call)
         await self._record(call, "completed", encode(outcome.result).decode())
         crash_point("ledger.completed")
+        if script is not None and outcome.result.status == "ok":
+            return result_of(script, from_outcome(outcome).content)
         return from_outcome(outcome)
 
     async def _streamed(

@@ -4,13 +4,15 @@ no environment variable (the commands read theirs in runner/cli/settings.py).
 `lease_s`: how long a session's lease lasts unrenewed; `audit`: where each isolated
 call's record goes (runner.session.audit); `egress_network`: the Docker network an egress
 proxy goes out through when the spec's `egress` names none (None: such a call fails to
-start, saying so; a network is never guessed).
+start, saying so; a network is never guessed); `api_keys`: the values of the key ids
+agents-exe's agent files name (`apiKeyId`), for the agent files it reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runner.llm.keys import ApiKeys
 from runner.session.audit import AuditSetting
 from runner.session.policy import DockerSpec, LocalProcessSpec
 
@@ -23,6 +25,7 @@ class AgentSettings:
     lease_s: float = DEFAULT_LEASE_SECONDS
     audit: AuditSetting = field(default_factory=AuditSetting)
     egress_network: str | None = None
+    api_keys: ApiKeys | None = field(default=None, repr=False)
 
 
 def with_egress_network(

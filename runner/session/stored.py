@@ -43,7 +43,8 @@ class StoredAgents:
         durable = self._kept.get(agent_hash)
         if durable is None or agent_hash in self._lacking:
             document = await anyio.to_thread.run_sync(self._store.agent_document, agent_hash)
-            agent = parse_agent(document, "stored agent", self._keyring).with_mode("asynchronous")
+            agent = parse_agent(document, "stored agent", keyring=self._keyring)
+            agent = agent.with_mode("asynchronous")
             if durable is None or not agent.secret_names:
                 durable = self._kept[agent_hash] = self._build(agent)
             if agent.secret_names:

@@ -107,6 +107,7 @@ class StoreSource(Source):
             egress_network=agents.egress_network,
             single_process=not isinstance(store, DurableStore))  # fmt: skip
         self.agent_file = agent_file
+        self.api_keys = agents.api_keys
         self.clock = clock
         self.whole_up_to = whole_up_to
         self.description = store.description
@@ -270,7 +271,7 @@ class StoreSource(Source):
     async def start(self, prompt: str) -> str:
         if self.agent_file is None:
             raise SourceError("no --agent-file: a prompt can start a session only with one")
-        agent = await self._thread(load_agent, self.agent_file)
+        agent = await self._thread(load_agent, self.agent_file, self.api_keys)
         with engine_errors():
             return (await self.engine.start(agent.with_mode("asynchronous"), prompt)).id
 

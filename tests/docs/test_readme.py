@@ -64,3 +64,14 @@ def test_every_relative_link_of_the_readme_lands() -> None:
 def test_the_anchor_check_reads_headings_as_mkdocs_does() -> None:
     ids = anchors(blocks.ROOT / "docs" / "security.md")
     assert "what-serve-accepts-from-the-network" in ids and "audit-trail" in ids
+
+
+def test_the_agents_exe_section_runs_a_tagged_agent_whose_bash_tool_is_sandboxed(
+    tmp_path: Path,
+) -> None:
+    (block,) = blocks.blocks("README.md", "## Coming from agents-exe")
+    out = run_block(tmp_path, block)
+    assert '"tag": "FileSystemDirectory"' in out
+    # The script ran in the bash-runner container (uid 10001), given the session's UUID.
+    assert re.search(r"^5 words, counted by uid 10001 for session [0-9a-f-]{36}$", out, re.M)
+    assert left_behind(tmp_path) == set()

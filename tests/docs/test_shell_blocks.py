@@ -12,6 +12,7 @@ from tests.docs.blocks import ROOT, Block, pages, shell_blocks
 RUN: dict[tuple[str, str, int], str] = {
     ("README.md", "## A five-minute tour", 0): "tests/docs/test_readme.py",
     ("README.md", "## A five-minute tour", 1): "tests/docs/test_readme.py",
+    ("README.md", "## Coming from agents-exe", 0): "tests/docs/test_readme.py",
     ("docs/isolation.md", "## Run one call", 0): "tests/docs/test_run_one_call.py",
     ("docs/isolation.md", "## Run one call", 1): "tests/docs/test_run_one_call.py",
     ("docs/isolation.md", "## Run one call", 2): "tests/docs/test_run_one_call.py",

@@ -85,10 +85,10 @@ def test_agents_exe_model_fields_map_onto_the_provider_and_system_prompt():
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ({"apiKeyId": "openai"}, "apiKeyId: agents-runner reads no key files; the key of an agent"
-                             " without a `provider` is OPENAI_API_KEY"),
+    ({"apiKeyId": ""}, "apiKeyId: expected a non-empty string"),
     ({"modelUrl": "ftp://x"}, "modelUrl: expected an http:// or https:// URL"),
-    ({"flavor": "Mistral"}, "flavor: only OpenAIv1"),
+    ({"flavor": "Mistral"}, "flavor: 'Mistral' is not supported; agents-runner speaks OpenAI's"),
+    ({"flavor": "ClaudeV1"}, "flavor: 'ClaudeV1' is not supported"),
     ({"modelName": "m", "provider": {"tag": "scripted", "responses": []}},
      "modelName: give the model as `provider` or as agents-exe's modelUrl/modelName"),
     ({"systemPrompt": [1]}, "systemPrompt: expected a string or a list of strings"),
