@@ -33,7 +33,8 @@ def test_a_tagged_agent_file_runs_by_name_with_the_server_s_keys(tmp_path: Path,
     settings = AgentSettings(api_keys=read_keys_file(FIXTURES / "secret-keys"))
     store = SQLiteStore(tmp_path / "s.db")
     try:
-        with serving(create_app(store, agents, None, agents=settings)) as url:
+        app = create_app(store, agents, None, agents=settings)
+        with serving(app) as url:
             made = httpx.post(f"{url}/v1/sessions", json={"agent": "desk.json", "prompt": "hi"})
             assert made.status_code == 201, made.text
             session_id = made.json()["session_id"]
@@ -51,9 +52,11 @@ def test_a_tagged_agent_file_runs_by_name_with_the_server_s_keys(tmp_path: Path,
                 "agent": {"slug": "x", "tools": [tool]}, "prompt": "hi"})  # fmt: skip
             assert "body.agent: tools[0].script: an inline agent has no bash toolbox" in str(
                 problem(refused, 422)["detail"])  # fmt: skip
-            # This process read the file at start: its sessions get the key.
+            # The server read the file at start into its engine's keyring: an engine given
+            # that keyring (as serve's session worker is) runs the session with the key.
             chat_server.reply({"role": "assistant", "content": "Hello."})
-            report = anyio.run(Engine(store).resume, session_id)
+            keyring = app.state.settings.engine.keyring
+            report = anyio.run(Engine(store, keyring=keyring).resume, session_id)
         assert report.status == "completed" and report.session.final_answer == "Hello."
         assert chat_server.headers[0]["Authorization"] == f"Bearer {KEY}"
         assert KEY not in json.dumps(store.load(session_id).model_dump(mode="json"))
