@@ -7,7 +7,8 @@ generic 500 handler, and every answer is in the document."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -31,13 +32,14 @@ TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not F
 
 #: Our problem kinds whose agents-server code differs (any other kind is its own code):
 #: a client written for agents-server matches on `error`, ours on `type`.
-ERROR_CODES = {"invalid_field": "bad_request", "malformed_json": "bad_request",
-               "invalid": "bad_request", "invalid_attachment": "bad_request",
-               "unsupported_media_type": "bad_request", "missing_host": "bad_request",
-               "body_too_large": "payload_too_large", "browser_refused": "forbidden_origin",
-               "inline_agent_refused": "forbidden"}  # fmt: skip
+ERROR_CODES: Mapping[str, str] = MappingProxyType({
+    "invalid_field": "bad_request", "malformed_json": "bad_request", "invalid": "bad_request",
+    "invalid_attachment": "bad_request", "unsupported_media_type": "bad_request",
+    "missing_host": "bad_request", "body_too_large": "payload_too_large",
+    "browser_refused": "forbidden_origin", "inline_agent_refused": "forbidden",
+})  # fmt: skip
 #: What an `http` problem (starlette's own 404 and 405) is called by agents-server.
-HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+HTTP_CODES: Mapping[int, str] = MappingProxyType({404: "not_found", 405: "method_not_allowed"})
 
 
 def error_code(status: int, kind: str) -> str:

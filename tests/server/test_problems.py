@@ -48,7 +48,7 @@ def test_a_missing_or_wrong_field_is_422_naming_its_path(served: Served) -> None
                                  json={"result": {"type": "json"}})  # fmt: skip
         assert "body.result" in str(problem(bad_response, 422)["detail"])
         unknown_agent = http.post("/v1/sessions", json={"agent": "../etc", "prompt": "p"})
-        assert str(problem(unknown_agent, 422)["detail"]).startswith("body.agent:")
+        assert str(problem(unknown_agent, 404)["detail"]).startswith("body.agent:")
         status = http.get("/v1/sessions", params={"status": "sleepy"})
         assert str(problem(status, 422)["detail"]).startswith("query.status:")
         problem(http.get("/v1/sessions/no-such-session"), 404)
