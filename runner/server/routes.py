@@ -287,7 +287,7 @@ async def session_body(config: Settings, who: Grant | None, session_id: str) -> 
     return contract.body(session, leased or config.runs.active(session_id), view_of(who))
 
 
-@router.get("/v1/sessions", responses=responses(400, 422))
+@router.get("/v1/sessions", responses=responses(400, 404, 422))
 async def list_sessions(
     config: Config, who: Caller,
     status: Annotated[str | None, Query(description="agents-server's statuses, comma"
@@ -337,7 +337,7 @@ async def list_sessions(
     return view_of(who).body({"sessions": sessions, "next_before": next_before})
 
 
-@router.get("/v1/sessions/{session_id}", responses=responses(404, 409, 422))
+@router.get("/v1/sessions/{session_id}", responses=responses(400, 404, 409, 422))
 async def show_session(
     session_id: str, config: Config, who: Caller, wait: WaitQuery = False,
     timeout: TimeoutQuery = None,  # noqa: ASYNC109  agents-server's query parameter
