@@ -32,22 +32,68 @@ class AttachmentBody(BaseModel):
     )
 
 
+class MediaBody(BaseModel):
+    """agents-server's attachment (`media` on create): the same checks as `attachments`."""
+
+    model_config = ConfigDict(extra="forbid")
+    mime: str = Field(min_length=1, max_length=255, description="the bytes' media type")
+    base64: str = Field(description="the file's bytes, base64 (RFC 4648, with padding)")
+    filename: str | None = Field(None, min_length=1, max_length=255,
+                                 pattern=r"^[^/\\\x00]+$")  # fmt: skip
+
+
+def as_attachments(media: list[MediaBody]) -> list[AttachmentBody]:
+    """`media` as our attachments (one without a file name is called `attachment-<n>`)."""
+    return [AttachmentBody(name=m.filename or f"attachment-{i}", data=m.base64,
+                           mime_type=m.mime) for i, m in enumerate(media)]  # fmt: skip
+
+
 def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | None,
              inline: InlineRules | None = None, keys: ApiKeys | None = None) -> Agent:  # fmt: skip
-    """The agent a new session runs (blocking: it may read files)."""
+    """The agent a new session runs (blocking: it may read files): an inline definition,
+    a file name in `agents_dir`, or the slug of an agent one of its files holds (as
+    agents-server names its agents: {"agent": "weather"})."""
     if isinstance(agent, dict):
         return _inline(agent, who, inline or InlineRules())
     if agents_dir is None:
         raise Problem(422, "no_agents", "body.agent: the server has no --agents DIR to take"
                       " agent files from")  # fmt: skip
     path = agents_dir / agent
-    if not agent or "/" in agent or "\\" in agent or agent.startswith(".") or not path.is_file():
-        raise Problem(422, "unknown_agent", f"body.agent: no agent file {agent[:120]!r} in"
-                      " the server's agents directory")  # fmt: skip
-    try:
-        return load_agent(path, keys)
-    except AgentError as exc:  # the operator's file, not the caller's mistake, but named
-        raise Problem(422, "invalid_agent", f"body.agent: {exc}") from exc
+    named = bool(agent) and "/" not in agent and "\\" not in agent and not agent.startswith(".")
+    if named and path.is_file():
+        try:
+            return load_agent(path, keys)
+        except AgentError as exc:  # the operator's file, not the caller's mistake, but named
+            raise Problem(422, "invalid_agent", f"body.agent: {exc}") from exc
+    found = by_slug(agents_dir, agent, keys) if named else None
+    if found is None:
+        raise Problem(404, "unknown_agent", f"body.agent: no agent {agent[:120]!r}: neither"
+                      " a file in the server's agents directory nor the slug of one")  # fmt: skip
+    return found
+
+
+def agents_in(agents_dir: Path, keys: ApiKeys | None = None) -> dict[str, list[tuple[Path, Agent]]]:
+    """Every agent file (`*.json`) of the directory by its agent's slug, as the loader
+    reads it (files that are not agents are passed over, as at startup)."""
+    found: dict[str, list[tuple[Path, Agent]]] = {}
+    for path in sorted(agents_dir.glob("*.json")):
+        try:
+            agent = load_agent(path, keys)
+        except AgentError:
+            continue
+        found.setdefault(agent.slug, []).append((path, agent))
+    return found
+
+
+def by_slug(agents_dir: Path, slug: str, keys: ApiKeys | None = None) -> Agent | None:
+    """The agent whose slug is `slug`; a slug several files share is refused (409),
+    naming them: agents-server's slugs are unique, ours are unique or named by file."""
+    entries = agents_in(agents_dir, keys).get(slug, [])
+    if len(entries) > 1:
+        names = ", ".join(path.name for path, _ in entries)
+        raise Problem(409, "ambiguous_agent", f"body.agent: {slug[:120]!r} is the slug of"
+                      f" several agent files ({names}); name the file")  # fmt: skip
+    return entries[0][1] if entries else None
 
 
 def _inline(document: dict[str, Any], who: Grant | None, rules: InlineRules) -> Agent:

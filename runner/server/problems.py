@@ -1,4 +1,6 @@
-"""Errors as application/problem+json ({type, title, status, detail}), the cap on
+"""Errors as application/problem+json ({type, title, status, detail}) that are also
+agents-server's error bodies ({"error": "<code>", "message": "<text>"}, as extension
+members of the same object: `ERROR_CODES` maps our kinds to its codes), the cap on
 request bodies, and the OpenAPI entries of those answers: no client mistake reaches the
 generic 500 handler, and every answer is in the document."""
 
@@ -32,6 +34,25 @@ TITLES: Mapping[int, str] = MappingProxyType(
 )  # fmt: skip
 
 
+#: Our problem kinds whose agents-server code differs (any other kind is its own code):
+#: a client written for agents-server matches on `error`, ours on `type`.
+ERROR_CODES: Mapping[str, str] = MappingProxyType({
+    "invalid_field": "bad_request", "malformed_json": "bad_request", "invalid": "bad_request",
+    "invalid_attachment": "bad_request", "unsupported_media_type": "bad_request",
+    "missing_host": "bad_request", "body_too_large": "payload_too_large",
+    "browser_refused": "forbidden_origin", "inline_agent_refused": "forbidden",
+})  # fmt: skip
+#: What an `http` problem (starlette's own 404 and 405) is called by agents-server.
+HTTP_CODES: Mapping[int, str] = MappingProxyType({404: "not_found", 405: "method_not_allowed"})
+
+
+def error_code(status: int, kind: str) -> str:
+    """agents-server's `error` code of a problem of `kind` answered with `status`."""
+    if kind == "http":
+        return HTTP_CODES.get(status, "bad_request" if status < 500 else "internal_error")
+    return ERROR_CODES.get(kind, kind)
+
+
 class Problem(Exception):
     """An answer that is not a success; `kind` is the problem's short type name."""
 
@@ -42,7 +63,8 @@ class Problem(Exception):
 
 def problem_response(status: int, kind: str, detail: str, **headers: str) -> JSONResponse:
     body = {"type": f"urn:agents-runner:problem:{kind}", "title": TITLES.get(status, kind),
-            "status": status, "detail": detail}  # fmt: skip
+            "status": status, "detail": detail, "error": error_code(status, kind),
+            "message": detail}  # fmt: skip
     return JSONResponse(body, status, headers=headers or None,
                         media_type=PROBLEM_JSON)  # fmt: skip
 
@@ -156,8 +178,10 @@ def problem_schema() -> dict[str, Any]:
             "title": {"type": "string"},
             "status": {"type": "integer"},
             "detail": {"type": "string"},
+            "error": {"type": "string", "description": "agents-server's error code"},
+            "message": {"type": "string", "description": "agents-server's name for `detail`"},
         },
-        "required": ["type", "title", "status", "detail"],
+        "required": ["type", "title", "status", "detail", "error", "message"],
     }
 
 

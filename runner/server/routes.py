@@ -13,14 +13,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runner.server import intake
+from runner.server import contract, intake
 from runner.server.auth import GRANT_KEY, Grant
 from runner.server.inline import InlineRules
 from runner.server.problems import Problem, responses
@@ -29,6 +29,7 @@ from runner.session import (
     AgentError,
     Engine,
     LeaseBusy,
+    Session,
     SessionError,
     SessionTail,
     StoreCapabilityError,
@@ -38,7 +39,7 @@ from runner.session import (
     pending_entry,
 )
 from runner.session.agent import remember_files
-from runner.session.operator import CONDITIONS
+from runner.session.operator import CONDITIONS, conditions
 from runner.session.results import ResultError, result_from_value
 from runner.session.settings import AgentSettings
 from runner.stores import DurableStore, SessionNotFound, StoreError
@@ -63,19 +64,37 @@ class Settings:
     #: What every agent the server runs is given: lease length, audit, egress network
     #: (`serve` reads them from its environment: runner/cli/settings.py).
     agents: AgentSettings = field(default_factory=AgentSettings)
+    #: The runs this process started (agents-server's `wait`, its `running` status).
+    runs: contract.Runs = field(default_factory=contract.Runs)
 
 
 class CreateSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
     agent: str | dict[str, Any] = Field(
-        description="a file name in the server's --agents DIR, or (operator only) an agent"
-        " definition: the JSON object an agent file holds, its script given as `responses`"
+        description="the slug of an agent in the server's --agents DIR (agents-server's"
+        " name for it), a file name there, or (operator only) an agent definition: the"
+        " JSON object an agent file holds, its script given as `responses`"
     )
     prompt: str = Field(min_length=1)
     attachments: list[intake.AttachmentBody] = Field(
         default_factory=list, description="files given with the prompt (as `--attach`)"
     )
-    run: bool = Field(False, description="advance the session until its first wait")
+    media: list[intake.MediaBody] = Field(
+        default_factory=list, description="agents-server's attachments (after `attachments`)"
+    )
+    run: Literal["none", "step", "until_blocked"] | bool | None = Field(
+        None,
+        description="how far the run goes: none, step, until_blocked (the default);"
+        " true is until_blocked and waits for it, false none (our older boolean)",
+    )
+
+    @field_validator("run", mode="before")
+    @classmethod
+    def _one_mode(cls, value: object) -> object:
+        """One clear refusal for a value that is neither a mode nor a boolean."""
+        if value is None or isinstance(value, bool) or value in contract.RUN_MODES:
+            return value
+        raise ValueError(f"expected one of {', '.join(contract.RUN_MODES)}, true or false")
 
 
 class Readiness(BaseModel):
@@ -156,7 +175,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         keys = app.state.settings.agents.api_keys
         read = await anyio.to_thread.run_sync(remember_files, agents_dir, engine.keyring, keys)
         log.info("read %d agent file(s) from %s", read, agents_dir)
-    yield
+    try:
+        yield
+    finally:
+        await app.state.settings.runs.close()
 
 
 router = APIRouter(lifespan=lifespan)
@@ -191,44 +213,151 @@ async def readyz(config: Config, request: Request) -> JSONResponse:
     return JSONResponse(body, code)
 
 
-@router.post("/v1/sessions", status_code=201, responses=responses(409, 422))
-async def create_session(body: CreateSession, config: Config, who: Caller) -> dict[str, Any]:
+WaitQuery = Annotated[bool, Query(description="answer when the run stops")]
+TimeoutQuery = Annotated[float | None, Query(description="seconds to wait with wait=true"
+                                             " (default 120, at most 600)")]  # fmt: skip
+
+
+@router.post("/v1/sessions", status_code=201, responses=responses(400, 404, 409, 422))
+async def create_session(
+    body: CreateSession, config: Config, who: Caller, wait: WaitQuery = False,
+    timeout: TimeoutQuery = None,  # noqa: ASYNC109  agents-server's query parameter
+) -> JSONResponse:  # fmt: skip
+    """agents-server's create: store the session, start its run (`run`), answer `201`
+    with the session, its pending calls and a `Location` header; with `wait=true`, once
+    the run stops (or `timeout` passes: then `status` is `running`)."""
     require(who, "operator")
     keys = config.agents.api_keys
+    mode = contract.run_mode(body.run)
+    limit = contract.wait_timeout(timeout)
     definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
                                                 who, config.inline, keys)  # fmt: skip
-    attachments = intake.attachments_of(body.attachments)
+    attachments = intake.attachments_of([*body.attachments, *intake.as_attachments(body.media)])
     engine = config.engine
     with engine_errors():
         session = await engine.start(definition.with_mode("asynchronous"), body.prompt,
                                      attachments)  # fmt: skip
-    status = session.status
-    if body.run:
-        # LeaseBusy: a worker took it first, and it advances the session.
+    start_run(config, session.id, mode)
+    if wait or body.run is True:  # our boolean always answered once the run stopped
+        await await_stop(config, session.id, limit)
+    answer = await session_body(config, who, session.id)
+    return JSONResponse(answer, 201, headers={"Location": f"/v1/sessions/{session.id}"})
+
+
+def start_run(config: Settings, session_id: str, mode: contract.RunMode) -> bool:
+    """Start a run of `mode` on the session in the background (False: none started, for
+    `none` or when one is going). A lease held elsewhere: that process advances it."""
+    if mode == "none":
+        return False
+    engine = config.engine
+
+    async def run() -> None:
         with engine_errors(), suppress(LeaseBusy):
-            status = (await engine.resume(session.id)).status
-    return {"session_id": session.id, "status": status}
+            if mode == "step":
+                await engine.step(session_id)
+            else:
+                await engine.resume(session_id)
+
+    return config.runs.start(session_id, run)
 
 
-@router.get("/v1/sessions", responses=responses(422))
+#: How often a `wait=true` looks again at a lease another process holds (seconds).
+LEASE_POLL_S = 0.05
+
+
+async def await_stop(config: Settings, session_id: str, limit_s: float) -> bool:
+    """Wait up to `limit_s` for the session's run to stop: this process's, then one
+    another process holds the lease for (the session worker `serve` runs beside the
+    app, another server); True when none is going any more."""
+    with anyio.move_on_after(limit_s):
+        await config.runs.wait(session_id, limit_s)
+        store = config.store
+        while True:  # a lease held elsewhere tells no event here when it is let go
+            if not await call(lambda: contract.held(store.lease(session_id), store.now_ms())):
+                return True
+            await anyio.sleep(LEASE_POLL_S)
+    return False
+
+
+async def session_body(config: Settings, who: Grant | None, session_id: str) -> dict[str, Any]:
+    """The session as agents-server's session endpoints answer it (contract.body)."""
+    store = config.store
+
+    def read() -> tuple[Session, bool]:
+        session = store.load(session_id)
+        return session, contract.held(store.lease(session_id), store.now_ms())
+
+    session, leased = await call(read)
+    return contract.body(session, leased or config.runs.active(session_id), view_of(who))
+
+
+@router.get("/v1/sessions", responses=responses(400, 404, 422))
 async def list_sessions(
-    config: Config, who: Caller, status: Annotated[str | None, Query()] = None
-) -> dict[str, Any]:
+    config: Config, who: Caller,
+    status: Annotated[str | None, Query(description="agents-server's statuses, comma"
+                                        " separated, or one of our conditions")] = None,
+    agent: Annotated[str | None, Query(description="only this agent's sessions (slug)")] = None,
+    parent: Annotated[str | None, Query(description="sub-sessions of this session")] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="page size")] = 50,
+    before: Annotated[str | None, Query(description="a page's `next_before`")] = None,
+) -> dict[str, Any]:  # fmt: skip
+    """agents-server's listing, newest first (by `updated_at`), in pages: `next_before`
+    is set when the page is full; pass it as `before` for the next one. A page may hold
+    more than `limit` sessions when several share its last `updated_at` (so that none
+    is skipped). Each entry is the session's metadata with our `id`, `state`,
+    `agent_slug`, `updated_ms` and `conditions` beside it."""
     require(who, "operator", "viewer")
-    if status is not None and status not in CONDITIONS:
-        raise Problem(422, "invalid_field", f"query.status: expected one of"
-                      f" {', '.join(CONDITIONS)}, got {status!r}")  # fmt: skip
-    with engine_errors():
-        listed = await config.engine.list(status)
-    rows = [{**row.summary.__dict__, "conditions": row.conditions} for row in listed]
-    return view_of(who).body({"sessions": rows})
+    wanted = set(status.split(",")) if status else set()
+    unknown = sorted(wanted - set(contract.STATUSES) - set(CONDITIONS))
+    if unknown:
+        raise Problem(422, "invalid_field", f"query.status: expected agents-server's"
+                      f" {', '.join(contract.STATUSES)} or one of {', '.join(CONDITIONS)},"
+                      f" got {unknown[0][:40]!r}")  # fmt: skip
+    before_ms = contract.parse_iso(before, "query.before") if before is not None else None
+    store, runs = config.store, config.runs
+
+    def rows() -> tuple[list[dict[str, Any]], str | None]:
+        if parent is not None:
+            store.load(parent, history=False)  # 404 for an unknown one
+            return [], None  # no session of ours has a parent (sub-agents are not sessions)
+        now, out = store.now_ms(), list[dict[str, Any]]()
+        summaries = sorted(store.list(), key=lambda r: (-r.updated_ms, r.id))
+        for row in summaries:
+            if before_ms is not None and row.updated_ms >= before_ms:
+                continue
+            if agent is not None and row.agent_slug != agent:
+                continue
+            if len(out) >= limit and row.updated_ms != out[-1]["updated_ms"]:
+                return out, contract.iso(out[-1]["updated_ms"])
+            session, lease = store.load(row.id, history=False), store.lease(row.id)
+            found = conditions(session, lease, now)
+            entry = contract.meta(session, contract.held(lease, now) or runs.active(row.id))
+            if wanted and not (wanted & {entry["status"], *found}):
+                continue
+            out.append({**entry, **row.__dict__, "state": row.status, "conditions": found})
+        return out, None
+
+    sessions, next_before = await call(rows)
+    return view_of(who).body({"sessions": sessions, "next_before": next_before})
 
 
-@router.get("/v1/sessions/{session_id}", responses=responses(404, 409, 422))
-async def show_session(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
+@router.get("/v1/sessions/{session_id}", responses=responses(400, 404, 409, 422))
+async def show_session(
+    session_id: str, config: Config, who: Caller, wait: WaitQuery = False,
+    timeout: TimeoutQuery = None,  # noqa: ASYNC109  agents-server's query parameter
+) -> JSONResponse:  # fmt: skip
+    """The session: our operator's document (`turns`, `calls`, `why`, `conditions`, our
+    status as `state`) and agents-server's session body (its `status`, `version`,
+    `session.turns`, `pending`). With `wait=true`, once this process's run on it stops
+    (`timeout`): 202 when one is still going."""
     require(who, "operator", "viewer")
+    limit = contract.wait_timeout(timeout)
+    stopped = await await_stop(config, session_id, limit) if wait else True
     with engine_errors():
-        return view_of(who).document((await config.engine.show(session_id)).document())
+        document = view_of(who).document((await config.engine.show(session_id)).document())
+    theirs = await session_body(config, who, session_id)
+    merged = {**document, **theirs, "state": document.get("status")}
+    return JSONResponse(merged, 200 if stopped else 202)
 
 
 @router.get("/v1/sessions/{session_id}/pending", responses=responses(404, 409, 422))

@@ -92,13 +92,17 @@ class ServerSource(Source):
 
     async def sessions(self) -> list[SessionRow]:
         found = await self._request("GET", "/v1/sessions")
-        rows = [SessionRow(r["id"], r["status"], tuple(r.get("conditions") or [r["status"]]),
+        # `state` is our status (`status` is agents-server's); an older server has no `state`
+        rows = [SessionRow(r["id"], r.get("state", r["status"]),
+                           tuple(r.get("conditions") or [r.get("state", r["status"])]),
                            r.get("agent_slug", ""), int(r.get("updated_ms", 0)),
                            r.get("reason")) for r in found["sessions"]]  # fmt: skip
         return sorted(rows, key=lambda r: (-r.updated_ms, r.id))
 
     async def session(self, session_id: str, *, history: bool = False) -> dict[str, Any]:
         document: dict[str, Any] = await self._request("GET", f"/v1/sessions/{session_id}")
+        # the screens draw our status: the server gives it as `state` beside agents-server's
+        document["status"] = document.get("state", document.get("status"))
         return document
 
     async def complete(self, token: str, text: str) -> str:
@@ -150,7 +154,9 @@ class ServerSource(Source):
             document = await anyio.to_thread.run_sync(lambda: load_agent(path).to_document())
         except AgentError as exc:
             raise SourceError(str(exc)) from exc
-        made = await self._request("POST", "/v1/sessions", {"agent": document, "prompt": prompt})
+        made = await self._request(
+            "POST", "/v1/sessions", {"agent": document, "prompt": prompt, "run": "none"}
+        )  # `run` runs it
         return str(made["session_id"])
 
     async def run(self, session_id: str) -> str:

@@ -30,8 +30,9 @@ def test_the_server_walkthrough_runs_as_written(tmp_path: Path) -> None:
     out = run_block(tmp_path, CLEANUP + walkthrough(), env)
     pending = [json.loads(line) for line in out.splitlines() if line.startswith('{"tool"')]
     assert [call["tool"] for call in pending] == ["fetch_remote_a", "fetch_remote_b"]
-    # Both continuations applied (the second with resume), then the session's status.
-    assert '\n"applied"\n"applied"\ncompleted\n' in out
+    # Both continuations applied (the second with resume), then the session's status
+    # (agents-server's, then ours).
+    assert '\n"applied"\n"applied"\nidle\ncompleted\n' in out
     assert "All three calls are complete." in out
     assert "- fetch_remote_a: 42" in out and "- fetch_remote_b: 42" in out
     # The token file holds the hash, never the token.

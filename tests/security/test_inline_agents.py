@@ -216,7 +216,7 @@ def test_allow_base_url_lets_that_endpoint_in_and_no_key_variable(
         provider = {"tag": "openaiCompatible", "baseUrl": chat_server.url + "/", "model": "m"}
         made = post(served, {"slug": "listed", "provider": provider})
         assert made.status_code == 201, made.text
-        assert made.json()["status"] == "completed"
+        assert made.json()["state"] == "completed"
         other = {**provider, "baseUrl": chat_server.url.replace("/v1", "/v2")}
         assert "is not a model endpoint" in problem(post(served, {"slug": "o", "provider": other}),
                                                     403)  # fmt: skip

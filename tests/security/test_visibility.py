@@ -91,7 +91,7 @@ def new_session(served: Served, seen: Seen) -> str:
     with client(served, "operator") as http:
         made = seen.add("operator", http.post("/v1/sessions", json={
             "agent": "canaries.json", "prompt": PROMPT, "run": True}), "create")  # fmt: skip
-    assert made.status_code == 201 and made.json()["status"] == "waiting", made.text
+    assert made.status_code == 201 and made.json()["state"] == "waiting", made.text
     session_id: str = made.json()["session_id"]
     return session_id
 

@@ -99,7 +99,7 @@ def wait_for_status(http: httpx.Client, session_id: str, *statuses: str,
 
     def reached() -> bool:
         found.update(session_of(http, session_id))
-        return found["status"] in statuses
+        return found.get("state", found["status"]) in statuses  # ours: `state`
 
     wait_for(reached, timeout_s, f"session {session_id} {'/'.join(statuses)}")
     return found

@@ -77,7 +77,9 @@ def test_call_output_streams_live_while_the_call_runs(tmp_path: Path) -> None:
     try:
         wait_for(lambda: everything.comments, what="the stream subscribed")
         with served.client() as http:
-            made = http.post("/v1/sessions", json={"agent": "build.json", "prompt": "go"})
+            made = http.post(
+                "/v1/sessions", json={"agent": "build.json", "prompt": "go", "run": "none"}
+            )  # the worker runs it
             assert made.status_code == 201, made.text
             sid = made.json()["session_id"]
             # The worker has streamed its 6 events and waits for the gate: still running.

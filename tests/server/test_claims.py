@@ -53,7 +53,7 @@ def lookup_session(served: Served, tmp_path: Path) -> str:
     with served.client() as http:
         made = http.post("/v1/sessions", json={"agent": "lookup.json", "prompt": "go",
                                                "run": True})  # fmt: skip
-    assert made.status_code == 201 and made.json()["status"] == "waiting", made.text
+    assert made.status_code == 201 and made.json()["state"] == "waiting", made.text
     session_id: str = made.json()["session_id"]
     return session_id
 

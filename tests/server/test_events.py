@@ -82,7 +82,7 @@ def start(served: Served) -> tuple[str, dict[str, str]]:
     with served.client() as http:
         made = http.post("/v1/sessions", json={"agent": "my-agent.scripted.json",
                                                "prompt": "go", "run": True})  # fmt: skip
-        assert made.status_code == 201 and made.json()["status"] == "waiting", made.text
+        assert made.status_code == 201 and made.json()["state"] == "waiting", made.text
         session_id = made.json()["session_id"]
         pending = http.get(f"/v1/sessions/{session_id}/pending").json()["calls"]
     return session_id, {c["tool"]: c["continuation_token"] for c in pending}

@@ -19,7 +19,7 @@ def start(served: Served) -> tuple[str, dict[str, str]]:
                                                "prompt": "go", "run": True})  # fmt: skip
         assert made.status_code == 201, made.text
         session_id = made.json()["session_id"]
-        assert made.json()["status"] == "waiting"
+        assert made.json()["state"] == "waiting"
         pending = http.get(f"/v1/sessions/{session_id}/pending").json()["calls"]
     return session_id, {c["tool"]: c["continuation_token"] for c in pending}
 
@@ -42,7 +42,7 @@ def test_the_seed_flow_end_to_end(served: Served) -> None:
         assert "All three calls are complete." in answer and "3 open tickets" in answer
         assert '"orders": 12' in answer or "12" in answer
         shown = http.get(f"/v1/sessions/{session_id}").json()
-        assert shown["status"] == "completed" and "why" in shown
+        assert shown["state"] == "completed" and "why" in shown
         assert shown["conditions"] == ["completed"]
         listed = http.get("/v1/sessions", params={"status": "completed"}).json()["sessions"]
         assert [row["id"] for row in listed] == [session_id]

@@ -13,8 +13,9 @@ from tests.server.test_problems import problem
 def created(served: Served) -> str:
     """A session of the seed's agent that has not run yet."""
     with served.client() as http:
-        made = http.post("/v1/sessions", json={"agent": "my-agent.scripted.json", "prompt": "go"})
-    assert made.status_code == 201 and made.json()["status"] == "running"
+        made = http.post("/v1/sessions", json={"agent": "my-agent.scripted.json", "prompt": "go",
+                                               "run": "none"})  # fmt: skip
+    assert made.status_code == 201 and made.json()["state"] == "running"
     return str(made.json()["session_id"])
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 
+from runner.server.problems import error_code
 from runner.stores import SQLiteStore
 from tests.server.conftest import Served
 from tests.server.test_flow import start
@@ -17,7 +18,11 @@ def problem(answer: httpx.Response, status: int) -> dict[str, object]:
     assert answer.status_code == status, answer.text
     assert answer.headers["content-type"] == PROBLEM
     body: dict[str, object] = answer.json()
-    assert set(body) == {"type", "title", "status", "detail"} and body["status"] == status
+    assert set(body) == {"type", "title", "status", "detail", "error", "message"}
+    assert body["status"] == status
+    # agents-server's error body is the same object: its code, and the detail as message
+    assert body["message"] == body["detail"] and isinstance(body["error"], str)
+    assert body["error"] == error_code(status, str(body["type"]).rsplit(":", 1)[-1])
     return body
 
 
@@ -43,7 +48,7 @@ def test_a_missing_or_wrong_field_is_422_naming_its_path(served: Served) -> None
                                  json={"result": {"type": "json"}})  # fmt: skip
         assert "body.result" in str(problem(bad_response, 422)["detail"])
         unknown_agent = http.post("/v1/sessions", json={"agent": "../etc", "prompt": "p"})
-        assert str(problem(unknown_agent, 422)["detail"]).startswith("body.agent:")
+        assert str(problem(unknown_agent, 404)["detail"]).startswith("body.agent:")
         status = http.get("/v1/sessions", params={"status": "sleepy"})
         assert str(problem(status, 422)["detail"]).startswith("query.status:")
         problem(http.get("/v1/sessions/no-such-session"), 404)
@@ -84,3 +89,21 @@ def test_probes(served: Served, tmp_path: Path) -> None:
         assert gone.json()["store"] != "ok"
         assert http.get("/healthz").status_code == 200
     served.store = SQLiteStore(tmp_path / "other.db")  # for the fixture's close
+
+
+def test_error_bodies_are_also_agents_servers(served: Served) -> None:
+    """One body, both shapes: agents-server's `error` codes beside problem+json."""
+    with served.client() as http:
+        unknown_path = http.get("/v1/nowhere")
+        wrong_method = http.delete("/v1/continuations/x")
+        json_type = {"content-type": "application/json"}
+        bad_json = http.post("/v1/sessions", content=b"{", headers=json_type)
+        unknown_session = http.get("/v1/sessions/s-none")
+    with served.client(None) as http:
+        unauthorized = http.get("/v1/sessions")
+    assert problem(unknown_path, 404)["error"] == "not_found"
+    assert problem(wrong_method, 405)["error"] == "method_not_allowed"
+    assert problem(bad_json, 400)["error"] == "bad_request"
+    assert problem(unknown_session, 404)["error"] == "unknown_session"
+    assert problem(unauthorized, 401)["error"] == "unauthorized"
+    assert unauthorized.headers["www-authenticate"] == "Bearer"

@@ -69,7 +69,9 @@ def test_a_server_killed_mid_call_recovers_on_restart(tmp_path: Path, effects: s
     first = serve(tmp_path)
     try:
         with first.client() as http:
-            made = http.post("/v1/sessions", json={"agent": "restart.json", "prompt": "go"})
+            made = http.post(
+                "/v1/sessions", json={"agent": "restart.json", "prompt": "go", "run": "none"}
+            )  # the worker runs it
             assert made.status_code == 201, made.text
         session_id = made.json()["session_id"]
         wait_for(lambda: lines(starts), what="the worker started")  # the server is mid-call
@@ -95,7 +97,7 @@ def test_a_server_killed_mid_call_recovers_on_restart(tmp_path: Path, effects: s
     finally:
         assert second.stop() == 0, second.stderr()
     assert "Traceback" not in second.stderr()
-    assert session["status"] == "completed"
+    assert session["state"] == "completed"
     assert tool_results(session) == ["c1"]
     assert llm_turns(session) == 2
 

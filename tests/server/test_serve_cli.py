@@ -64,11 +64,11 @@ def test_it_serves_advances_sessions_and_drains_on_sigterm(tmp_path: Path) -> No
                 time.sleep(0.05)
         with httpx.Client(base_url=url) as http:
             made = http.post("/v1/sessions", json={"agent": "my-agent.scripted.json",
-                                                   "prompt": "go"})  # fmt: skip
-            assert made.status_code == 201 and made.json()["status"] == "running"
+                                                   "prompt": "go", "run": "none"})  # fmt: skip
+            assert made.status_code == 201 and made.json()["state"] == "running"
             session_id = made.json()["session_id"]
             # Not run by the request: the worker loop in the process advances it.
-            while http.get(f"/v1/sessions/{session_id}").json()["status"] != "waiting":
+            while http.get(f"/v1/sessions/{session_id}").json()["state"] != "waiting":
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
     finally:

@@ -37,7 +37,7 @@ def test_an_operator_may_give_the_agent_inline(served: Served) -> None:
         made = http.post("/v1/sessions", json={"agent": inline_agent(), "prompt": "go",
                                                "run": True})  # fmt: skip
         assert made.status_code == 201, made.text
-        assert made.json()["status"] == "waiting"
+        assert made.json()["state"] == "waiting"
         session_id = made.json()["session_id"]
         pending = http.get(f"/v1/sessions/{session_id}/pending").json()["calls"]
     assert {c["tool"] for c in pending} == {"fetch_remote_a", "fetch_remote_b"}

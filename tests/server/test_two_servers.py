@@ -53,7 +53,8 @@ def test_two_servers_on_one_store_run_each_call_once(tmp_path: Path, store_locat
         ids = []
         for n in range(SESSIONS):  # created on either; advanced by whichever loop gets it
             made = clients[n % 2].post("/v1/sessions", json={"agent": "batch.json",
-                                                             "prompt": f"go {n}"})  # fmt: skip
+                                                             "prompt": f"go {n}",
+                                                             "run": "none"})  # fmt: skip
             assert made.status_code == 201, made.text
             ids.append(made.json()["session_id"])
         for n, session_id in enumerate(ids):
@@ -70,7 +71,7 @@ def test_two_servers_on_one_store_run_each_call_once(tmp_path: Path, store_locat
             assert again.json()["status"] == "already_completed"
         for n, session_id in enumerate(ids):
             done = wait_for_status(clients[(n + 1) % 2], session_id, "completed", "failed")
-            assert done["status"] == "completed", done["why"]
+            assert done["state"] == "completed", done["why"]
             assert Counter(tool_results(done)) == {"c1": 1, "c2": 1}
             assert llm_turns(done) == 2
             assert done["final_answer"] == f"done: ran job {session_id}/c1 / answer {n}"
