@@ -1,7 +1,7 @@
 """The `server` bench rows: complete-and-resume round trips through `agents-runner serve`
 (a real uvicorn, in a process of its own) on loopback: POST /v1/continuations/{token} with
 `resume: true`, which applies the result and runs the model's next turn. The baseline is
-the same wake + resume done in-process, without HTTP, on the same SQLite store in the
+the same complete + resume done in-process, without HTTP, on the same SQLite store in the
 same run; the bench makes each waiting session in-process beforehand. Sequential latency
 (p50, p95, p99) and the round trips per second of 8 concurrent clients."""
 
@@ -107,8 +107,8 @@ async def over_http(http: httpx.AsyncClient, token: str) -> None:
 
 
 async def in_process(agent: DurableAgent, session_id: str, token: str) -> None:
-    """What the endpoint does, without HTTP: wake by token, then resume."""
-    await agent.wake(session_id, [(token, ToolResult.ok("42"))])
+    """What the endpoint does, without HTTP: complete by token, then resume."""
+    await agent.complete_calls(session_id, [(token, ToolResult.ok("42"))])
     if (await agent.resume(session_id)).status != "completed":
         raise SystemExit("bench: the in-process resume did not complete the session")
 
@@ -136,7 +136,7 @@ async def bench_server(report: Report, directory: Path, samples: int = 200) -> N
                 # No target: the ratio is what HTTP, auth and the route's own lookups (the
                 # token, the session, its agent) add to the engine's work, for the record.
                 row = compared("server: continuation + resume over HTTP, per round trip", ours,
-                               "the same wake + resume in-process", baseline, 0)  # fmt: skip
+                               "the same complete + resume in-process", baseline, 0)  # fmt: skip
                 row.target, row.met = "", None
                 row.note = (f"p99 {p99(ours):.2f} ms over HTTP, {p99(baseline):.2f} ms"
                             f" in-process; {1000 / statistics.mean(ours):.0f} round trips/s"
@@ -150,7 +150,7 @@ async def bench_server(report: Report, directory: Path, samples: int = 200) -> N
 
 async def concurrent_rate(http: httpx.AsyncClient, agent: DurableAgent, total: int) -> Row:
     """Round trips per second with CLIENTS clients posting at once, against CLIENTS
-    in-process tasks doing the same wake + resume."""
+    in-process tasks doing the same complete + resume."""
     http_rate, http_ms = await _at_once(http, agent, total, over=True)
     local_rate, local_ms = await _at_once(http, agent, total, over=False)
     return Row(f"server: round trips/s, {CLIENTS} concurrent clients", "1/s", http_rate,

@@ -310,7 +310,9 @@ async def bench_step_by_length(report: Report, directory: Path) -> None:
             while stepped.session.status == "running":
                 stepped = await agent.resume(stepped.session.id)
             (waiting,) = stepped.session.waiting_on()
-            await agent.wake(stepped.session.id, [(waiting.token, ToolResult.ok("later"))])
+            await agent.complete_calls(
+                stepped.session.id, [(waiting.token, ToolResult.ok("later"))]
+            )
             count = store.load(stepped.session.id, history=False).turn_count
             llm.arrivals.clear()
             final = await agent.resume(stepped.session.id)

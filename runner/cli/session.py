@@ -1,4 +1,4 @@
-"""`agents-runner session ...`: start, step, resume, wake and inspect durable sessions.
+"""`agents-runner session ...`: start, step, resume, complete and inspect durable sessions.
 
 Every command takes `--store LOCATION` (default .agents-runner/state.db; see
 runner/cli/common.py for what a location may be) and `--json`. A session keeps the agent
@@ -48,13 +48,13 @@ from runner.cli.display import (
 )
 from runner.cli.results import read_result
 from runner.session import (
+    CompletionReport,
     Engine,
     LeaseBusy,
     Session,
     StepReport,
     ToolResult,
     UnknownToken,
-    WakeReport,
     pending_entry,
 )
 from runner.session.audit import AuditSetting
@@ -66,7 +66,7 @@ from runner.stores import Continuation, SessionStore
 RESUME_LEASE_WAIT_S = 1.0
 
 
-session_app = typer.Typer(no_args_is_help=True, help="Durable sessions: start, wake, inspect.")
+session_app = typer.Typer(no_args_is_help=True, help="Durable sessions: start, complete, inspect.")
 
 
 app.add_typer(session_app, name="session")
@@ -256,7 +256,7 @@ def run_isolated(
         print_report(report, as_json)
 
 
-def wake_by_token(
+def complete_by_token(
     store: SessionStore,
     token: str,
     result: ToolResult,
@@ -269,11 +269,11 @@ def wake_by_token(
     here (agents-exe's autoResume) unless a live process holds it."""
     found = find_call(store, token)
 
-    async def go(engine: Engine) -> tuple[WakeReport, StepReport | None, str | None]:
-        woken = await engine.wake(found.session_id, [(token, result)])
-        if resume and not woken.conflicting and woken.session.status == "running":
-            return woken, *await auto_resume(engine, woken.session.id)
-        return woken, None, None
+    async def go(engine: Engine) -> tuple[CompletionReport, StepReport | None, str | None]:
+        completed = await engine.complete_calls(found.session_id, [(token, result)])
+        if resume and not completed.conflicting and completed.session.status == "running":
+            return completed, *await auto_resume(engine, completed.session.id)
+        return completed, None, None
 
     # The warm pool is opened only for a resume (which may run isolated calls).
     report, continued, holder = run_engine(store, pool_size if resume else 0, go, audit)
@@ -350,7 +350,7 @@ def complete(
     ...}), a ToolCallResult envelope, any other JSON (a JSON result), or plain text."""
     result = read_result(file)
     with open_sessions(store) as opened:
-        wake_by_token(opened, token, result, as_json, resume, pool_size, audit)
+        complete_by_token(opened, token, result, as_json, resume, pool_size, audit)
 
 
 @session_app.command("fail")
@@ -368,7 +368,7 @@ def fail_call(
         fail("--reason must say why the call failed")
     failed = ToolResult.error("TOOL_FAILED", reason)
     with open_sessions(store) as opened:
-        wake_by_token(opened, token, failed, as_json, resume, pool_size, audit)
+        complete_by_token(opened, token, failed, as_json, resume, pool_size, audit)
 
 
 @session_app.command("retry")

@@ -1,5 +1,5 @@
 """Bearer tokens and roles. The tokens file is JSON: [{"name", "sha256" (the hex SHA-256
-of the token), "role": "operator"|"worker"|"viewer", "tools"?: [...]}]. The server keeps
+of the token), "role": "operator"|"claimer"|"viewer", "tools"?: [...]}]. The server keeps
 only the hashes, compares them in constant time, and never logs a token.
 
 operator: everything. viewer: read-only (GET). worker: the pending calls of a session
@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from envelopes import codec
 from runner.server.problems import problem_response
 
-Role = Literal["operator", "worker", "viewer"]
+Role = Literal["operator", "claimer", "viewer"]
 
 
 class AuthError(ValueError):
@@ -35,7 +35,7 @@ class Grant(BaseModel):
     tools: tuple[str, ...] = ()
 
     def may_use(self, tool: str) -> bool:
-        return self.role == "operator" or (self.role == "worker" and tool in self.tools)
+        return self.role == "operator" or (self.role == "claimer" and tool in self.tools)
 
 
 _GRANTS = TypeAdapter(list[Grant])

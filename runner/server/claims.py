@@ -28,9 +28,9 @@ from runner.server.routes import (
     Config,
     Continuation,
     Failure,
+    complete_by_token,
     engine_errors,
     require,
-    wake,
 )
 from runner.server.visibility import view_of
 from runner.session.claims import sweep_claims
@@ -77,7 +77,7 @@ async def claim_calls(body: ClaimRequest, request: Request, config: Config,
                       who: Caller) -> dict[str, Any]:  # fmt: skip
     """Lease up to `max` deferred calls of `tools`; with `wait_seconds`, wait for one."""
     authorize(who, body.tools)
-    store, worker = config.store, who.name if who is not None else "anonymous"
+    store, claimer = config.store, who.name if who is not None else "anonymous"
     deadline = anyio.current_time() + body.wait_seconds
     pause, swept = FIRST_PAUSE_S, -SWEEP_EVERY_S
     while True:
@@ -85,7 +85,7 @@ async def claim_calls(body: ClaimRequest, request: Request, config: Config,
             with engine_errors():
                 await sweep_claims(store, config.agents)
             swept = anyio.current_time()
-        claims = await store_call(store.claim_calls, body.tools, worker, body.lease_seconds,
+        claims = await store_call(store.claim_calls, body.tools, claimer, body.lease_seconds,
                                   body.max)  # fmt: skip
         if claims:
             return {"claims": view_of(who).calls([claim_entry(c) for c in claims])}
@@ -140,21 +140,21 @@ async def finish(config: Config, who: Grant | None, token: str, result: ToolResu
     """Mark the claim done (409 and nothing changed for a superseded token), then apply
     the result. Done matches again, so a worker whose apply failed (503) may retry."""
     done = await store_call(config.store.finish_claim, token)
-    return await wake(config, who, done.continuation, result, resume)
+    return await complete_by_token(config, who, done.continuation, result, resume)
 
 
 def authorize(who: Grant | None, tools: list[str]) -> None:
     """Operators claim anything; a worker only the tools it is granted; viewers nothing."""
-    require(who, "operator", "worker")
+    require(who, "operator", "claimer")
     refused = [t for t in tools if who is not None and not who.may_use(t)]
     if refused and who is not None:
-        raise Problem(403, "forbidden", f"the worker token {who.name!r} is not granted the"
+        raise Problem(403, "forbidden", f"the claimer token {who.name!r} is not granted the"
                       f" tool(s) {', '.join(sorted(set(refused)))}")  # fmt: skip
 
 
 async def held(config: Config, who: Grant | None, token: str) -> Claim:
     """The claim behind a token, for someone allowed its tool; 409 when none has it."""
-    require(who, "operator", "worker")
+    require(who, "operator", "claimer")
     found = await store_call(config.store.claim, token)
     if found is None:
         raise lost(ClaimLost(token))

@@ -12,7 +12,7 @@ tools it is granted.
 
 Fan-out: one EventHub per app (this router's lifespan runs it). Its tailer follows the
 log, reading in a thread and waiting on `store.wait_for_events` between reads (a store
-that announces writes wakes it at once, others are polled), and hands each new event to
+that announces writes signals it at once, others are polled), and hands each new event to
 every subscriber's bounded queue. A subscriber whose queue fills (a slow client) is
 marked behind and catches up from the store after its last seq, so it is late but never
 loses an event; each stream reads the store itself only to catch up.
@@ -54,7 +54,7 @@ from runner.stores import DurableStore, Event, StoreError
 log = logging.getLogger(__name__)
 
 #: Longest the tailer waits between reads of the log (a store that announces writes
-#: wakes it sooner; this bounds how late another process's events are seen).
+#: signals it sooner; this bounds how late another process's events are seen).
 POLL_S = 0.5
 #: Events read per query, by the tailer and by a stream catching up.
 PAGE = 500
@@ -84,7 +84,7 @@ class Subscriber:
         self.queue: deque[Event] = deque()
         #: The queue overflowed and was dropped: catch up from the store.
         self.behind = True  # a new stream starts by catching up
-        self._wake = anyio.Event()
+        self._signal = anyio.Event()
 
     def offer(self, events: list[Event]) -> None:
         if self.behind:
@@ -95,19 +95,19 @@ class Subscriber:
             if len(self.queue) >= QUEUE_SIZE:  # too slow: drop them, catch up from the store
                 self.queue.clear()
                 self.behind = True
-                self.wake()
+                self.signal()
                 return
             self.queue.append(event)
-            self.wake()
+            self.signal()
 
-    def wake(self) -> None:
-        self._wake.set()
+    def signal(self) -> None:
+        self._signal.set()
 
     async def wait(self) -> None:
         """Until there is something to do (or the hub closes)."""
         if not self.queue and not self.behind:
-            self._wake = anyio.Event()
-            await self._wake.wait()
+            self._signal = anyio.Event()
+            await self._signal.wait()
 
 
 class EventHub:
@@ -171,7 +171,7 @@ class EventHub:
         """End every stream (at its next step) and refuse new ones."""
         self.closed = True
         for subscriber in list(self._subscribers):
-            subscriber.wake()
+            subscriber.signal()
 
 
 def close_streams(app: FastAPI) -> None:
@@ -237,7 +237,7 @@ def resume_point(
 
 
 def watcher(who: Caller) -> Grant | None:
-    require(who, "operator", "viewer", "worker")
+    require(who, "operator", "viewer", "claimer")
     return who
 
 

@@ -2,8 +2,8 @@
 in actions.py, what POST /v1/sessions takes in is checked in intake.py). Store and engine
 calls run in worker threads or through the engine's own async API; their expected
 failures become problems (see `engine_errors`), so no client mistake is a 500. `Caller`,
-`Config`, `require`, `call`, `wake` and `engine_errors` are what the other route modules
-build on; every operation on a session goes through the app's one Engine
+`Config`, `require`, `call`, `complete_by_token` and `engine_errors` are what the other
+route modules build on; every operation on a session goes through the app's one Engine
 (`Settings.engine`, runner.session.engine), which keeps the stored agents it runs."""
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ async def show_session(
 
 @router.get("/v1/sessions/{session_id}/pending", responses=responses(404, 409, 422))
 async def pending(session_id: str, config: Config, who: Caller) -> dict[str, Any]:
-    require(who, "operator", "viewer", "worker")
+    require(who, "operator", "viewer", "claimer")
     with engine_errors():
         found = await config.engine.pending(session_id)
     session, late = found.session, found.overdue
@@ -371,18 +371,18 @@ async def pending(session_id: str, config: Config, who: Caller) -> dict[str, Any
     return view.body({"session_id": session.id, "status": session.status, "calls": calls})
 
 
-async def wake(config: Config, who: Grant | None, token: str, result: ToolResult,
+async def complete_by_token(config: Config, who: Grant | None, token: str, result: ToolResult,
                resume: bool) -> JSONResponse:  # fmt: skip
     """agents-exe's continuation answers: applied, already_completed (200), unknown_token
     (404), token_already_completed (409), expired (410, the result kept as late)."""
     authorize = None
     if who is not None and who.role != "operator":
-        require(who, "worker")
+        require(who, "claimer")
         grant = who
 
         def authorize(tracked: TrackedCall) -> None:  # sees the call the gate loaded
             if not grant.may_use(tracked.tool):
-                raise Problem(403, "forbidden", f"the worker token {grant.name!r} is not"
+                raise Problem(403, "forbidden", f"the claimer token {grant.name!r} is not"
                               " granted the tool of this call")  # fmt: skip
 
     engine = config.engine
@@ -413,14 +413,14 @@ async def wake(config: Config, who: Grant | None, token: str, result: ToolResult
 async def complete(token: str, body: Continuation, config: Config, who: Caller) -> JSONResponse:
     with engine_errors():
         result = result_from_value(body.result, "body.result")
-    return await wake(config, who, token, result, body.resume)
+    return await complete_by_token(config, who, token, result, body.resume)
 
 
 @router.post("/v1/continuations/{token}/fail", responses=responses(404, 409, 410))
 async def fail(token: str, body: Failure, config: Config, who: Caller) -> JSONResponse:
     if not body.reason.strip():
         raise Problem(422, "invalid_field", "body.reason: must say why the call failed")
-    return await wake(config, who, token, ToolResult.error("TOOL_FAILED", body.reason),
+    return await complete_by_token(config, who, token, ToolResult.error("TOOL_FAILED", body.reason),
                       body.resume)  # fmt: skip
 
 

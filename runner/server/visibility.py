@@ -23,7 +23,7 @@ from runner.stores import Event
 
 J = TypeVar("J")
 #: What a worker keeps of a step report (beside its own calls).
-_WORKER_REPORT_FIELDS = ("status", "session_id", "action")
+_CLAIMER_REPORT_FIELDS = ("status", "session_id", "action")
 
 
 @dataclass(frozen=True)
@@ -31,16 +31,16 @@ class View:
     grant: Grant | None  # None: no access control (`serve --no-auth`), an operator
 
     @property
-    def worker(self) -> bool:
-        return self.grant is not None and self.grant.role == "worker"
+    def claimer(self) -> bool:
+        return self.grant is not None and self.grant.role == "claimer"
 
     def sees_call(self, tool: object) -> bool:
         """Whether the caller may see a call of `tool` (its arguments, token, result)."""
-        return not self.worker or (self.grant is not None and self.grant.may_use(str(tool)))
+        return not self.claimer or (self.grant is not None and self.grant.may_use(str(tool)))
 
     def sees_event(self, event: Event) -> bool:
         """Operators and viewers: every event; a worker: its tools' call events."""
-        if not self.worker:
+        if not self.claimer:
             return True
         return event.kind.startswith("call.") and self.sees_call(event.data.get("tool"))
 
@@ -51,10 +51,10 @@ class View:
     def report(self, report: StepReport) -> dict[str, Any]:
         """A step or resume report (POST resume, pause, and a continuation's `resumed`)."""
         full: dict[str, Any] = report.to_dict()
-        if not self.worker:
+        if not self.claimer:
             return self.body(full)
         calls = report.session.calls
-        out = {k: full[k] for k in _WORKER_REPORT_FIELDS}
+        out = {k: full[k] for k in _CLAIMER_REPORT_FIELDS}
         out["ran"] = [i for i in full["ran"] if i in calls and self.sees_call(calls[i].tool)]
         if "deferred_calls" in full:
             out["deferred_calls"] = self.calls(full["deferred_calls"])
@@ -67,7 +67,7 @@ class View:
     def document(self, document: dict[str, Any]) -> dict[str, Any]:
         """A session document (GET /v1/sessions/{id}). Workers are refused it before it
         is read; should one reach here it holds only the worker's calls."""
-        if self.worker:
+        if self.claimer:
             calls = document.get("calls", {})
             return self.body({"id": document.get("id"), "status": document.get("status"),
                               "calls": {k: c for k, c in calls.items()

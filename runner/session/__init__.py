@@ -1,4 +1,4 @@
-"""The durable session engine: agents, policies, and the step/resume/wake scheduler.
+"""The durable session engine: agents, policies, and the step/resume/complete scheduler.
 
     from runner.session import load_agent, with_durable_workflows
     from runner.stores import SQLiteStore
@@ -10,7 +10,7 @@ agent.py: the agent file; policy.py: dispositions and the policy; engine.py: the
 every front door calls, for the sessions of any stored agent; scheduler.py: the public
 DurableAgent (one agent); operations.py: what each operation does once the gate opened,
 for both; gate.py: the lease/version/poison/expiry gate; stepper.py: steps;
-commands.py: wake and the operator's commands; execute.py: how one call runs;
+commands.py: complete_calls and the operator's commands; execute.py: how one call runs;
 output.py: what an isolated call's worker streams, kept with the call and published live;
 storage.py: store calls off the event loop and the capability checks; audit.py: where
 each isolated call's audit record goes (AGENTS_RUNNER_AUDIT); stored.py: the
@@ -43,7 +43,7 @@ from runner.session.policy import (
     Timeout,
     Truncate,
 )
-from runner.session.reports import StepReport, WakeReport, pending_entry, waiting_reason
+from runner.session.reports import CompletionReport, StepReport, pending_entry, waiting_reason
 from runner.session.scheduler import (
     DurableAgent,
     default_owner,
@@ -73,6 +73,7 @@ __all__ = [
     "AgentError",
     "AgentSettings",
     "Cache",
+    "CompletionReport",
     "Decorate",
     "Defer",
     "DockerSpec",
@@ -108,7 +109,6 @@ __all__ = [
     "Truncate",
     "UnknownToken",
     "UserTurn",
-    "WakeReport",
     "Worker",
     "default_owner",
     "from_envelope",

@@ -5,7 +5,7 @@ the HTTP side).
 The sweep decides each lapsed claim. A call whose tool has external effects (its
 ToolSpec in the session's stored agent says `effects: external`, or the agent does not
 declare the tool at all) may have done its work already: it gets an UNKNOWN_OUTCOME
-result through the engine's `wake`, which moves it to unknown_outcome for an operator (or
+result through the engine's `complete_calls`, which moves it to unknown_outcome for an operator (or
 the worker's late result) to settle, and the claim is marked `lapsed`. Any other call is
 claimable again: its claim is marked `released`.
 
@@ -93,12 +93,12 @@ async def _settle(store: DurableStore, claim: Claim, settings: AgentSettings | N
                                              settings=settings),
                       lease_wait_s=LEASE_WAIT_S)  # fmt: skip
     unknown = unknown_outcome(
-        f"the worker {claim.worker!r} that claimed this call stopped renewing its claim"
+        f"the claimer {claim.claimer!r} that claimed this call stopped renewing its claim"
         " before giving a result",
         "the call is not handed out again",
         "its result arrives or an operator decides",
     )
-    report = await durable.wake(session.id, [(call.token, unknown)])
+    report = await durable.complete_calls(session.id, [(call.token, unknown)])
     if report.applied:
         logger.info("claim %s lapsed: call %s of session %s is now unknown_outcome",
                     claim.token, call.id, session.id)  # fmt: skip

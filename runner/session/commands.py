@@ -1,33 +1,33 @@
 """What happens to a session from outside its steps: results arriving by continuation
-token (`wake`), and an operator's retry, freeze, revive (a failed session) and cancel."""
+token (`complete_calls`), and an operator's retry, freeze, revive (a failed session) and cancel."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from runner.session.gate import SessionError, UnknownToken
-from runner.session.reports import WakeReport
+from runner.session.reports import CompletionReport
 from runner.session.runtime import Opener
 from runner.state import SessionTail, ToolResult, TrackedCall
 from runner.state.transitions import finish, move_call, set_status
 from runner.stores import Effect, SessionStore, VersionConflict
 
-#: How often `wake` re-reads and re-applies after losing a compare-and-set race.
-WAKE_ATTEMPTS = 5
+#: How often `complete_calls` re-reads and re-applies after losing a compare-and-set race.
+COMPLETE_ATTEMPTS = 5
 
 
-async def wake(
+async def complete_calls(
     open_: Opener,
     session_id: str | None,
     results: list[tuple[str, ToolResult]],
     authorize: Callable[[TrackedCall], None] | None = None,
-) -> WakeReport:
+) -> CompletionReport:
     """Give open calls their results by token. A token whose call already ended is
     reported (already completed, conflicting, or late), not applied; an unknown token
     is an error and nothing is applied. `authorize`, when given, sees each call before
     anything else is decided and raises to refuse it (the server's worker tokens).
     `session_id` is None when the opener finds the session (by token)."""
-    for _ in range(WAKE_ATTEMPTS):
+    for _ in range(COMPLETE_ATTEMPTS):
         async with open_() as (rt, session, holder):
             session_id = session.id
             storage = rt.storage
@@ -61,13 +61,15 @@ async def wake(
                     applied.append(token)
             reported = tuple(already), tuple(conflicting), tuple(late)
             if not applied:
-                return WakeReport(session, (), *reported)
+                return CompletionReport(session, (), *reported)
             try:  # the last commit under the lease: it lets the lease go too
                 await rt.settle_and_commit(session, holder, release=True)
             except VersionConflict:
                 continue  # someone without a lease advanced it: re-read and re-apply
-            return WakeReport(session, tuple(applied), *reported)
-    raise SessionError(f"session {session_id} kept changing; wake gave up, try again")
+            return CompletionReport(session, tuple(applied), *reported)
+    raise SessionError(
+        f"session {session_id} kept changing; completing its calls gave up, try again"
+    )
 
 
 async def retry(open_: Opener, token: str, *, force: bool) -> SessionTail:

@@ -40,7 +40,7 @@ from runner.session.audit import AuditSetting, OpenedAudit, open_audit
 from runner.session.gate import GateSettings, UnknownToken, admit, leased
 from runner.session.operator import CONDITIONS, conditions, explain, session_document
 from runner.session.output import CallOutputBus
-from runner.session.reports import StepReport, WakeReport
+from runner.session.reports import CompletionReport, StepReport
 from runner.session.runners import SpecRunners
 from runner.session.runtime import Opened, Opener, RunnerFactory
 from runner.session.scheduler import DurableAgent, default_owner
@@ -144,7 +144,7 @@ class Engine:
         keyring: Keyring | None = None,
     ) -> None:
         if not single_process:
-            require_durable(store, "advancing sessions (step, resume, wake, workers)")
+            require_durable(store, "advancing sessions (step, resume, complete, workers)")
         self.store = store
         # The default's runners share one RunnerCaches: a worker described once, the
         # engine swept once, for every session this engine advances.
@@ -252,14 +252,14 @@ class Engine:
         require_durable(self.store, "this operation")  # a worker never runs unfenced
         return await operations.work(self._opener(session_id, 0))
 
-    async def wake(
+    async def complete_calls(
         self,
         session_id: str,
         results: Iterable[tuple[str, ToolResult]],
         authorize: Authorize | None = None,
-    ) -> WakeReport:
-        """Give open calls their results by token (see commands.wake)."""
-        return await commands.wake(self._opener(session_id), session_id, list(results),
+    ) -> CompletionReport:
+        """Give open calls their results by token (see commands.complete_calls)."""
+        return await commands.complete_calls(self._opener(session_id), session_id, list(results),
                                    authorize)  # fmt: skip
 
     async def retry(self, session_id: str, token: str, *, force: bool = False) -> SessionTail:
@@ -344,14 +344,16 @@ class Engine:
 
     async def complete(
         self, token: str, result: ToolResult, authorize: Authorize | None = None
-    ) -> WakeReport:
+    ) -> CompletionReport:
         """Give the call of `token` its result: two store calls on a durable store, one
         that finds the token's session, takes its lease and loads it, and the commit
         that lets the lease go (DurableStore.lease_and_load_token, save_and_release)."""
-        return await commands.wake(self._opener(token=token), None, [(token, result)],
+        return await commands.complete_calls(self._opener(token=token), None, [(token, result)],
                                    authorize)  # fmt: skip
 
-    async def fail(self, token: str, reason: str, authorize: Authorize | None = None) -> WakeReport:
+    async def fail(
+        self, token: str, reason: str, authorize: Authorize | None = None
+    ) -> CompletionReport:
         """Fail the call of `token` with `reason` (what the model is told)."""
         return await self.complete(token, ToolResult.error("TOOL_FAILED", reason), authorize)
 

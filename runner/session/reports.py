@@ -73,7 +73,7 @@ def pending_entry(call: TrackedCall, *, overdue: bool = False) -> dict[str, Any]
 
 
 @dataclass(frozen=True)
-class WakeReport:
+class CompletionReport:
     """applied: recorded; already_completed: the same result was there already;
     conflicting: the call ended with a different result, this one was refused;
     late: the call had expired, the result is kept as late and changes nothing."""

@@ -85,6 +85,6 @@ class Runtime:
 #: What an operation runs in once the gate let it in: its Runtime, the session (loaded
 #: once, under the lease) and the holder whose fence every commit carries.
 Opened = tuple[Runtime, SessionTail, Holder]
-#: Opens the gate for one session, each time it is entered (`wake` re-enters it after a
+#: Opens the gate for one session, each time it is entered (`complete_calls` re-enters it after a
 #: lost race): DurableAgent's and the Engine's differ only in how they find the agent.
 Opener = Callable[[], AbstractAsyncContextManager[Opened]]

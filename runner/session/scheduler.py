@@ -37,7 +37,7 @@ from runner.session.gate import GateSettings, open_session
 from runner.session.output import CallOutputBus
 from runner.session.policy import DockerSpec, LocalProcessSpec, Policy
 from runner.session.prompt import Conversations, llm_request
-from runner.session.reports import StepReport, WakeReport
+from runner.session.reports import CompletionReport, StepReport
 from runner.session.runners import SpecRunners
 from runner.session.runtime import Opened, Opener, RunnerFactory, Runtime
 from runner.session.secrets import Keyring
@@ -118,7 +118,7 @@ class DurableAgent:
         if not isinstance(self.store, SessionStore):
             raise TypeError(f"store: expected a SessionStore, got {type(self.store).__name__}")
         if not self.single_process:
-            require_durable(self.store, "advancing sessions (step, resume, wake, workers)")
+            require_durable(self.store, "advancing sessions (step, resume, complete, workers)")
         elif not isinstance(self.store, DurableStore):
             logger.info("%s cannot fence: sessions are safe only while this one process"
                         " advances them", self.store.description)  # fmt: skip
@@ -168,9 +168,11 @@ class DurableAgent:
         require_durable(self.store, "this operation")  # a worker never runs unfenced
         return await operations.work(self.opener(session_id, 0))
 
-    async def wake(self, session_id: str, results: Iterable[tuple[str, ToolResult]]) -> WakeReport:
-        """Give open calls their results by token (see commands.wake)."""
-        return await commands.wake(self.opener(session_id), session_id, list(results))
+    async def complete_calls(
+        self, session_id: str, results: Iterable[tuple[str, ToolResult]]
+    ) -> CompletionReport:
+        """Give open calls their results by token (see commands.complete_calls)."""
+        return await commands.complete_calls(self.opener(session_id), session_id, list(results))
 
     async def retry(self, session_id: str, token: str, *, force: bool = False) -> SessionTail:
         """Run an `unknown_outcome` call again: only with `force`."""

@@ -122,7 +122,7 @@ class Worker:
         resting: dict[str, float] = {}  # session id -> monotonic time it may be tried again
         errors: dict[str, int] = {}  # session id -> errors in a row
         drained = anyio.Event()  # set once stopping and the last session in flight is done
-        wake = anyio.Event()  # work may be due: announced, a slot freed, or stopping
+        signal = anyio.Event()  # work may be due: announced, a slot freed, or stopping
 
         async def listen() -> None:
             """Wait for the store's announcements in a thread, one short wait at a time:
@@ -135,12 +135,12 @@ class Worker:
                     abandon_on_cancel=True,
                 )
                 if heard:
-                    wake.set()
+                    signal.set()
 
         async def on_stopping() -> None:
             await stopping.wait()
             log(f"worker {owner}: draining ({len(in_flight)} in flight)")
-            wake.set()
+            signal.set()
 
         async def advance(session_id: str) -> None:
             try:
@@ -162,7 +162,7 @@ class Worker:
                     f" {exc}; left alone for {rest:.0f}s")  # fmt: skip
             finally:
                 in_flight.discard(session_id)
-                wake.set()  # a slot is free
+                signal.set()  # a slot is free
                 if stopping.is_set() and not in_flight:
                     drained.set()
 
@@ -170,7 +170,7 @@ class Worker:
             group.start_soon(on_stopping)
             group.start_soon(listen)
             while not stopping.is_set():
-                wake = anyio.Event()  # before polling: what happens meanwhile wakes the pause
+                signal = anyio.Event()  # before polling: what happens meanwhile signals the pause
                 now = time.monotonic()
                 skip = in_flight | {s for s, until in resting.items() if until > now}
                 due = await anyio.to_thread.run_sync(
@@ -183,7 +183,7 @@ class Worker:
                         and await anyio.to_thread.run_sync(_idle, store, resting)):  # fmt: skip
                     break
                 with anyio.move_on_after(options.poll_s):
-                    await wake.wait()
+                    await signal.wait()
             # Drain: what is in flight finishes (its leases are released) before we return.
             await drained.wait() if in_flight else None
             group.cancel_scope.cancel()

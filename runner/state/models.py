@@ -224,7 +224,7 @@ class SessionTail(Model):
     `with_history(tail)` reads them when something needs the whole conversation (the
     LLM's next request, an operator's view) and returns a `Session`. Code that needs
     the whole conversation takes a `Session`, so it cannot be given a tail by mistake;
-    code that only advances a session (a step, a wake, a commit) takes a tail, which a
+    code that only advances a session (a step, a completion, a commit) takes a tail, which a
     whole Session also is. A store hands out a tail that holds everything (it begins at
     turn 0) as a Session.
     """

@@ -160,7 +160,7 @@ class Claim:
     session_id: str
     call_id: str
     tool: str
-    worker: str
+    claimer: str
     state: ClaimState
     expires_ms: int
     lease_ms: int
@@ -377,9 +377,9 @@ class CallClaims(ABC):
 
     @abstractmethod
     def claim_calls(
-        self, tools: Collection[str], worker: str, lease_s: float, limit: int
+        self, tools: Collection[str], claimer: str, lease_s: float, limit: int
     ) -> list[Claim]:
-        """Hand up to `limit` claimable calls of `tools` to `worker` until now +
+        """Hand up to `limit` claimable calls of `tools` to `claimer` until now +
         `lease_s`, each with a fresh token and `call` filled. Claimable: deferred, not
         past its expiry, its session running or waiting, and no claim row or a released
         one. Concurrent claimers never get one call twice (nor wait for each other)."""

@@ -170,9 +170,9 @@ class ComposedStore(ForwardsSessions, DurableStore):
     # --- deferred-call claims ---------------------------------------------------------
 
     def claim_calls(
-        self, tools: Collection[str], worker: str, lease_s: float, limit: int
+        self, tools: Collection[str], claimer: str, lease_s: float, limit: int
     ) -> list[Claim]:
-        return self.parts.call_claims.claim_calls(tools, worker, lease_s, limit)
+        return self.parts.call_claims.claim_calls(tools, claimer, lease_s, limit)
 
     def claim(self, token: str) -> Claim | None:
         return self.parts.call_claims.claim(token)

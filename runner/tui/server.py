@@ -4,7 +4,7 @@ The endpoints are the server's (docs/openapi.json): the session list and documen
 continuations (complete and fail with `resume: true`, agents-exe's autoResume), the
 operator's resume, cancel and retry. Live updates come from GET /v1/events
 (Server-Sent Events, docs/events.md), followed in a background task that reconnects with
-Last-Event-ID; any logged event wakes `changes`, and a running call's live output
+Last-Event-ID; any logged event signals `changes`, and a running call's live output
 (`call.output`, which has no id) goes to `live`. A problem answer (409 for a call someone else
 completed, 404, 410...) becomes a SourceError carrying its detail.
 """
@@ -73,7 +73,7 @@ class ServerSource(Source):
         self._listener: asyncio.Task[None] | None = None
         self.last_event_id: str | None = None
         self._generation = 0
-        self._woken = anyio.Event()
+        self._signalled = anyio.Event()
         #: The stream's state, for the title bar: connecting, live, or why it broke.
         self.stream_state = "connecting"
         self.live = LiveCalls()
@@ -167,15 +167,15 @@ class ServerSource(Source):
     async def changes(self, timeout_s: float = CHANGE_WAIT_S) -> bool:
         if self._listener is None:
             self._listener = asyncio.create_task(self._follow(), name="tui-events")
-        seen, woken = self._generation, self._woken
+        seen, signalled = self._generation, self._signalled
         with anyio.move_on_after(timeout_s):
-            await woken.wait()
+            await signalled.wait()
         return self._generation != seen
 
-    def _wake(self) -> None:
+    def _signal(self) -> None:
         self._generation += 1
-        self._woken.set()
-        self._woken = anyio.Event()
+        self._signalled.set()
+        self._signalled = anyio.Event()
 
     async def _follow(self) -> None:
         """Follow GET /v1/events for as long as the source lives, reconnecting."""
@@ -202,10 +202,10 @@ class ServerSource(Source):
             async for line in answer.aiter_lines():
                 if line.startswith(": subscribed"):
                     self.stream_state = "live"
-                    self._wake()  # what changed while it was not followed shows now
+                    self._signal()  # what changed while it was not followed shows now
                 elif line.startswith("id:"):
                     self.last_event_id = line[3:].strip()
-                    self._wake()
+                    self._signal()
                 elif line.startswith("event:"):
                     kind = line[6:].strip()
                 elif line.startswith("data:") and kind == "call.output":

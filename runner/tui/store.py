@@ -173,7 +173,7 @@ class StoreSource(Source):
             return True
         if self._seen_seq is None:
             self._seen_seq = await self._thread(durable.last_event_seq)
-        # This process's own writes wake the wait at once; another's show in the seq.
+        # This process's own writes notify the wait at once; another's show in the seq.
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -188,14 +188,14 @@ class StoreSource(Source):
     # --- the calls a session waits on -------------------------------------------------
 
     async def complete(self, token: str, text: str) -> str:
-        return await self._wake(token, text, None)
+        return await self._complete(token, text, None)
 
     async def fail(self, token: str, reason: str) -> str:
         if not reason.strip():
             raise SourceError("the reason is empty; say why the call failed")
-        return await self._wake(token, None, reason.strip())
+        return await self._complete(token, None, reason.strip())
 
-    async def _wake(self, token: str, text: str | None, reason: str | None) -> str:
+    async def _complete(self, token: str, text: str | None, reason: str | None) -> str:
         if text is not None:
             result = answer_result(text)
         else:

@@ -153,7 +153,7 @@ def test_the_environment_provider_talks_to_a_real_server(agent_file, store, chat
     assert "external worker" in told["fetch_remote_a"]["description"]
     assert told["build_project"]["parameters"] == undeclared_parameters()
     token = report.session.calls["a"].token
-    anyio.run(agent.wake, report.session.id, [(token, ToolResult.ok({"orders": 3}))])
+    anyio.run(agent.complete_calls, report.session.id, [(token, ToolResult.ok({"orders": 3}))])
     chat_server.reply({"role": "assistant", "content": "3 orders"})
     final = anyio.run(agent.resume, report.session.id)
     assert final.status == "completed" and final.session.final_answer == "3 orders"
@@ -183,7 +183,7 @@ def test_the_how_to_file_with_a_script_defers_runs_built_ins_and_reports_unknown
     assert session.calls["a"].defer_reason == "external worker"
     assert session.calls["p"].result.error_code == "UNKNOWN_TOOL"
     results = [(c.token, ToolResult.ok(f"from {c.tool}")) for c in session.waiting_on()]
-    anyio.run(agent.wake, session.id, results)
+    anyio.run(agent.complete_calls, session.id, results)
     final = anyio.run(agent.resume, session.id).session.final_answer
     assert final.startswith('l={"key": "weather"')
     assert "a=from fetch_remote_a b=from fetch_remote_b" in final

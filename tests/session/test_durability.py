@@ -43,7 +43,7 @@ def test_an_expired_deferred_call_is_named_for_the_model_and_late_results_do_not
     assert final.session.final_answer.startswith(
         "saw [expired EXPIRED] no result arrived within 60s"
     )
-    late = anyio.run(agent.wake, report.session.id, [(token, ToolResult.ok("too late"))])
+    late = anyio.run(agent.complete_calls, report.session.id, [(token, ToolResult.ok("too late"))])
     assert late.late == (token,) and late.applied == ()
     assert store.load(report.session.id).calls["a"].state == "expired"
     assert store.late_results(report.session.id)[0][1].content == "too late"

@@ -1,4 +1,4 @@
-"""step / resume / wake over a real SQLite store."""
+"""step / resume / complete_calls over a real SQLite store."""
 
 from __future__ import annotations
 
@@ -38,17 +38,21 @@ def test_step_by_step_the_turns_advance(durable):
     assert [t.kind for t in stored.turns] == ["user", "llm", "user", "llm"]
 
 
-def test_wake_is_idempotent_and_refuses_unknown_tokens(durable):
+def test_complete_calls_is_idempotent_and_refuses_unknown_tokens(durable):
     agent, session = waiting_session(durable)
     token = session.calls["b"].token
     with pytest.raises(UnknownToken):
-        anyio.run(agent.wake, session.id, [(token, ToolResult.ok(1)), ("nope", ToolResult.ok(2))])
+        anyio.run(
+            agent.complete_calls,
+            session.id,
+            [(token, ToolResult.ok(1)), ("nope", ToolResult.ok(2))],
+        )
     assert agent.store.load(session.id).calls["b"].state == "deferred"  # nothing applied
-    first = anyio.run(agent.wake, session.id, [(token, ToolResult.ok("R"))])
+    first = anyio.run(agent.complete_calls, session.id, [(token, ToolResult.ok("R"))])
     assert first.applied == (token,) and first.session.status == "running"
-    again = anyio.run(agent.wake, session.id, [(token, ToolResult.ok("R"))])
+    again = anyio.run(agent.complete_calls, session.id, [(token, ToolResult.ok("R"))])
     assert again.applied == () and again.already_completed == (token,)
-    other = anyio.run(agent.wake, session.id, [(token, ToolResult.ok("other"))])
+    other = anyio.run(agent.complete_calls, session.id, [(token, ToolResult.ok("other"))])
     assert other.applied == () and other.conflicting == (token,)
     assert agent.store.load(session.id).calls["b"].result.content == "R"
     final = anyio.run(agent.resume, session.id)
@@ -57,7 +61,9 @@ def test_wake_is_idempotent_and_refuses_unknown_tokens(durable):
 
 def test_resume_twice_from_the_same_stored_state_gives_the_same_result(durable, store, tmp_path):
     agent, session = waiting_session(durable)
-    anyio.run(agent.wake, session.id, [(session.calls["b"].token, ToolResult.ok({"n": 1}))])
+    anyio.run(
+        agent.complete_calls, session.id, [(session.calls["b"].token, ToolResult.ok({"n": 1}))]
+    )
     copy_path = tmp_path / "copy.db"
     store.db.execute(f"VACUUM INTO '{copy_path}'")
     one = anyio.run(agent.resume, session.id).session
@@ -71,7 +77,7 @@ def test_resume_twice_from_the_same_stored_state_gives_the_same_result(durable, 
 def test_a_stale_write_gets_a_conflict_not_a_lost_update(durable, store):
     agent, session = waiting_session(durable)
     stale = store.load(session.id)
-    anyio.run(agent.wake, session.id, [(session.calls["b"].token, ToolResult.ok("x"))])
+    anyio.run(agent.complete_calls, session.id, [(session.calls["b"].token, ToolResult.ok("x"))])
     stale.status = "cancelled"
     with pytest.raises(VersionConflict):
         store.save(stale)

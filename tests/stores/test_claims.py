@@ -75,7 +75,7 @@ def call_state(store: DurableStore, session_id: str, call_id: str) -> str:
 def test_a_claim_hands_out_the_call_once(durable_store: DurableStore):
     session_id = waiting_session(durable_store)
     [claim] = durable_store.claim_calls(["lookup"], "w1", 30, 10)
-    assert (claim.session_id, claim.call_id, claim.tool, claim.worker, claim.state) == (
+    assert (claim.session_id, claim.call_id, claim.tool, claim.claimer, claim.state) == (
         session_id, "c_lookup", "lookup", "w1", "held")  # fmt: skip
     assert claim.call is not None and claim.call.arguments == {"q": "stock"}
     assert claim.continuation == claim.call.token
@@ -213,7 +213,7 @@ def test_a_lapsed_claim_of_a_tool_with_external_effects_goes_to_unknown_outcome(
     assert anyio.run(sweep_claims, durable_store) == 0
     # The holder's late result settles it.
     assert durable_store.finish_claim(claim.token).state == "done"
-    report = anyio.run(agent_for(durable_store).wake, session_id,
+    report = anyio.run(agent_for(durable_store).complete_calls, session_id,
                        [(claim.continuation, ToolResult.ok("charged"))])  # fmt: skip
     assert report.applied == (claim.continuation,)
     assert call_state(durable_store, session_id, "c_charge") == "completed"

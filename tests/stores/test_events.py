@@ -42,8 +42,10 @@ def drive(store: DurableStore) -> str:
         report = await agent.run("go")
         assert report.session.status == "waiting"
         token = report.session.calls["c_later"].token
-        woken = await agent.wake(report.session.id, [(token, ToolResult.ok("late news"))])
-        assert woken.session.status == "running"
+        completed = await agent.complete_calls(
+            report.session.id, [(token, ToolResult.ok("late news"))]
+        )
+        assert completed.session.status == "running"
         final = await agent.resume(report.session.id)
         assert final.session.status == "completed"
         return final.session.id

@@ -21,10 +21,10 @@ database from a newer program). What differs is how it shares one database:
   and marks them offered to this store instance for a moment, so workers polling at
   once get disjoint sessions; a NOTIFY on `agents_runner_due` (when a session is
   created or saved due without a lease, and when a holder releases a due session)
-  wakes `wait_for_due` on an idle worker's LISTEN connection. Polling remains the fallback.
+  notifies `wait_for_due` on an idle worker's LISTEN connection. Polling remains the fallback.
 - The event log numbered in commit order: `seq` comes from one counter row that each
   event-writing transaction updates last (so they commit in turn), and a NOTIFY on
-  `agents_runner_events` wakes `wait_for_events` (events.py says why it is exact).
+  `agents_runner_events` notifies `wait_for_events` (events.py says why it is exact).
 - Deferred-call claims for external workers (call_claims.py): one statement picks
   deferred calls `FOR UPDATE SKIP LOCKED` and upserts their claims, replacing only a
   released one, so concurrent claimers neither wait for each other nor take one call

@@ -37,7 +37,7 @@ class PostgresCallClaims(SqlCallClaims[Connection]):
                 INSERT INTO claims AS k (session_id, call_id, token, tool, worker, state,
                                          claimed_ms, expires_ms, lease_ms, continuation)
                 SELECT p.session_id, p.call_id, gen_random_uuid()::text, p.tool,
-                       %(worker)s, 'held', clock.ms, clock.ms + %(lease)s, %(lease)s,
+                       %(claimer)s, 'held', clock.ms, clock.ms + %(lease)s, %(lease)s,
                        p.document::jsonb ->> 'token'
                 FROM picked p CROSS JOIN clock
                 {REPLACE_CLAIM}
@@ -49,9 +49,9 @@ class PostgresCallClaims(SqlCallClaims[Connection]):
             ORDER BY p.seq"""
 
     def _pick_and_claim(
-        self, names: list[str], worker: str, lease_ms: int, limit: int
+        self, names: list[str], claimer: str, lease_ms: int, limit: int
     ) -> list[Claim]:
-        values = {"tools": names, "limit": limit, "worker": worker, "lease": lease_ms}
+        values = {"tools": names, "limit": limit, "claimer": claimer, "lease": lease_ms}
         # One transaction: applied once (see connections), tokens made by the database.
         claimed = self._engine.write(
             f"claiming calls of {', '.join(names)}", lambda db: rows(db, self._pick, values)

@@ -290,7 +290,7 @@ class Listener:
                 timeout=max(0.0, give_up - time.monotonic()), stop_after=1
             ):
                 heard = True
-            if heard:  # several at once are one wake-up
+            if heard:  # several at once are one notification
                 for _ in self._connection.notifies(timeout=0):
                     pass
             return heard

@@ -1,4 +1,4 @@
-"""PostgresStore's event log: writing a write's events in commit order and waking
+"""PostgresStore's event log: writing a write's events in commit order and notifying
 readers (runner.stores.sql.events reads them).
 
 `seq` comes from the one `event_counter` row, updated (locked) by the writing

@@ -88,7 +88,7 @@ class PostgresLeases(SqlLeases[Connection]):
         return Lease(name, owner, row[0], row[1], row[2])
 
     def release_in(self, tx: Connection, lease: Lease) -> None:
-        """Give the lease up cleanly, and wake idle workers if the session is due: no one
+        """Give the lease up cleanly, and notify idle session workers if the session is due: no one
         else could take it until now (the NOTIFY goes out at the commit)."""
         values = {"name": lease.name, "token": lease.fencing_token, "channel": DUE_CHANNEL}
         tx.execute(self._release, values)

@@ -54,19 +54,19 @@ class SqlCallClaims(CallClaims, Generic[TxT]):
         )
 
     def claim_calls(
-        self, tools: Collection[str], worker: str, lease_s: float, limit: int
+        self, tools: Collection[str], claimer: str, lease_s: float, limit: int
     ) -> list[Claim]:
-        """Hand up to `limit` claimable calls of `tools` to `worker` for `lease_s`:
+        """Hand up to `limit` claimable calls of `tools` to `claimer` for `lease_s`:
         deferred, not past their expiry, in a running or waiting session, and never
         claimed or released by a lapsed claim. Oldest first; each gets a fresh token."""
         names = sorted(set(tools))
         if not names or limit <= 0:
             return []
-        return self._pick_and_claim(names, worker, int(lease_s * 1000), limit)
+        return self._pick_and_claim(names, claimer, int(lease_s * 1000), limit)
 
     @abstractmethod
     def _pick_and_claim(
-        self, names: list[str], worker: str, lease_ms: int, limit: int
+        self, names: list[str], claimer: str, lease_ms: int, limit: int
     ) -> list[Claim]:
         """The engine's one transaction that picks claimable calls of `names` and writes
         their claims (`REPLACE_CLAIM` over a released row)."""

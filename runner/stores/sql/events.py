@@ -1,5 +1,5 @@
 """The event log, the half both engines share: reading it. Numbering events in commit
-order and waking readers differ (SQLite has one writer and wakes this process's
+order and notifying readers differ (SQLite has one writer and notifies this process's
 readers; PostgreSQL takes turns on a counter row and sends a NOTIFY): each engine's
 events.py. The sessions part appends a write's events inside that write's transaction,
 as its last statements (`append`), and tells the log once it committed (`committed`)."""

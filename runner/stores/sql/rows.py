@@ -37,10 +37,10 @@ def claim_columns(alias: str) -> str:
 
 def claim_from_row(row: tuple[Any, ...] | Any, call: TrackedCall | None = None) -> Claim:
     """A Claim from a row of CLAIM_COLUMNS."""
-    token, session_id, call_id, tool, worker, state, expires_ms, lease_ms, continuation = row
+    token, session_id, call_id, tool, claimer, state, expires_ms, lease_ms, continuation = row
     if state not in CLAIM_STATES:
         raise StoreError(f"claim {token}: unknown state {state!r} in the store")
-    return Claim(token, session_id, call_id, tool, worker, state, int(expires_ms),
+    return Claim(token, session_id, call_id, tool, claimer, state, int(expires_ms),
                  int(lease_ms), continuation, call)  # fmt: skip
 
 

@@ -118,7 +118,7 @@ class SqlSessions(FencedSessions, Generic[TxT]):
         """Inside the transaction: the stored state of each of `calls` that is stored."""
 
     def _announce_due(self, tx: TxT, session: SessionTail) -> None:
-        """Inside the transaction that wrote `session` unfenced: wake idle workers if it
+        """Inside the transaction that wrote `session` unfenced: notify idle session workers if it
         is due (an engine that can)."""
 
     # --- the contract -------------------------------------------------------------------

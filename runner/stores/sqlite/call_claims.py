@@ -19,7 +19,7 @@ from runner.stores.sql.rows import claimed_call
 
 class SQLiteCallClaims(SqlCallClaims[sqlite3.Connection]):
     def _pick_and_claim(
-        self, names: list[str], worker: str, lease_ms: int, limit: int
+        self, names: list[str], claimer: str, lease_ms: int, limit: int
     ) -> list[Claim]:
         marks = ", ".join("?" * len(names))
         now_ms = self._engine.dialect.now_ms
@@ -40,13 +40,13 @@ class SQLiteCallClaims(SqlCallClaims[sqlite3.Connection]):
             ).fetchall()
             for session_id, call_id, tool, document in found:
                 call = claimed_call(session_id, document)
-                claim = Claim(f"{uuid.uuid4()}", session_id, call_id, tool, worker, "held",
+                claim = Claim(f"{uuid.uuid4()}", session_id, call_id, tool, claimer, "held",
                               now + lease_ms, lease_ms, call.token, call)  # fmt: skip
                 db.execute(
                     "INSERT INTO claims (session_id, call_id, token, tool, worker, state,"
                     " claimed_ms, expires_ms, lease_ms, continuation)"
                     f" VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?, ?) {REPLACE_CLAIM}",
-                    (session_id, call_id, claim.token, tool, worker, now, claim.expires_ms,
+                    (session_id, call_id, claim.token, tool, claimer, now, claim.expires_ms,
                      lease_ms, call.token),
                 )  # fmt: skip
                 claims.append(claim)

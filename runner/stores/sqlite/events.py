@@ -1,5 +1,5 @@
 """SQLiteStore's event log: `seq` is the table's AUTOINCREMENT key, which is commit order
-since SQLite has one writer. `wait_for_events` wakes on this process's own commits, and
+since SQLite has one writer. `wait_for_events` is notified of this process's own commits, and
 polls for other processes'."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class SQLiteEventLog(SqlEventLog[sqlite3.Connection]):
             )
 
     def committed(self, events: list[NewEvent]) -> None:
-        """Wake `wait_for_events` if the commit wrote any."""
+        """Notify `wait_for_events` if the commit wrote any."""
         if events:
             with self._events_written:
                 self._event_generation += 1
