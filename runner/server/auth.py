@@ -2,24 +2,30 @@
 of the token), "role": "operator"|"claimer"|"viewer", "tools"?: [...]}]. The server keeps
 only the hashes, compares them in constant time, and never logs a token.
 
-operator: everything. viewer: read-only (GET). worker: the pending calls of a session
-and completing or failing the continuations of the tools it is granted, nothing else.
+operator: everything. viewer: read-only (GET). claimer: the pending calls of a session,
+claiming them, and completing or failing the continuations of the tools it is granted,
+nothing else. "worker", the claimer role's old name, is still read as "claimer"
+(OLD_ROLES), so tokens files written before the rename keep working.
 `Authenticate` is the one place a request's grant is decided, before its body is read."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envelopes import codec
 from runner.server.problems import problem_response
 
 Role = Literal["operator", "claimer", "viewer"]
+#: Old names of roles, still accepted in a tokens file: {old: current}.
+OLD_ROLES: Mapping[str, str] = MappingProxyType({"worker": "claimer"})
 
 
 class AuthError(ValueError):
@@ -33,6 +39,11 @@ class Grant(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
     role: Role
     tools: tuple[str, ...] = ()
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _current_role(cls, value: object) -> object:
+        return OLD_ROLES.get(value, value) if isinstance(value, str) else value
 
     def may_use(self, tool: str) -> bool:
         return self.role == "operator" or (self.role == "claimer" and tool in self.tools)

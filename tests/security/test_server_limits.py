@@ -22,7 +22,7 @@ TOKENS = {"a": "limits-a-secret", "b": "limits-b-secret", "c": "limits-c-secret"
 
 
 def tokens_file(directory: Path) -> Path:
-    grants = [{"name": name, "role": "worker", "tools": ["t"],
+    grants = [{"name": name, "role": "claimer", "tools": ["t"],
                "sha256": hashlib.sha256(token.encode()).hexdigest()}
               for name, token in TOKENS.items()]  # fmt: skip
     grants.append({"name": "ops", "role": "operator",

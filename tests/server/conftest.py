@@ -42,8 +42,8 @@ def grants() -> list[Grant]:
                                      "tools": tools})  # fmt: skip
 
     return [grant("operator", "operator"), grant("viewer", "viewer"),
-            grant("worker-a", "worker", ("fetch_remote_a",)),
-            grant("worker-b", "worker", ("fetch_remote_b",))]  # fmt: skip
+            grant("worker-a", "claimer", ("fetch_remote_a",)),
+            grant("worker-b", "claimer", ("fetch_remote_b",))]  # fmt: skip
 
 
 def agents_dir(tmp_path: Path) -> Path:
