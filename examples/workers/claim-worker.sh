@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# claim-worker.sh: an external worker for agents-runner's claim protocol (docs/claims.md),
+# claim-worker.sh: a claimer for agents-runner's claim protocol (docs/claims.md),
 # in bash with curl and jq. It long-polls `POST /v1/claims` for deferred calls of the
 # tools it serves, runs each call's handler, heartbeats while the handler runs, and
 # completes the claim with the handler's result (or fails it when the handler fails).
@@ -18,7 +18,7 @@
 #                        It sees CLAIM_TOOL, CLAIM_SESSION_ID, CLAIM_TOOL_CALL_ID,
 #                        CLAIM_IDEMPOTENCY_KEY, CLAIM_TOKEN and CLAIM_LEASE_EXPIRES_MS.
 #                        Default: echo the arguments back as {"echo": ARGUMENTS}.
-#   CLAIM_LEASE_SECONDS  each claim's lease, whole seconds (default 30); the worker
+#   CLAIM_LEASE_SECONDS  each claim's lease, whole seconds (default 30); the claimer
 #                        heartbeats every third of it while the handler runs
 #   CLAIM_WAIT_SECONDS   the long poll's wait (default 20)
 #   CLAIM_MAX_CALLS      exit after handling this many calls (default 0: no limit)
@@ -141,7 +141,7 @@ run_call() {
         outcome=completed
         if [ "$STATUS" = 422 ]; then  # not a result the server takes: say so instead
             log "complete $claim: $(problem)"
-            body=$(problem | jq -Rsc '{reason: "the worker produced an invalid result: \(.)"}')
+            body=$(problem | jq -Rsc '{reason: "the handler produced an invalid result: \(.)"}')
             post "/v1/claims/$claim/fail" "$body"
             outcome=failed
         fi

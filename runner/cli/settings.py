@@ -255,7 +255,7 @@ def current(cls: type[S]) -> S:
 # --- docs/configuration.md ----------------------------------------------------------------
 
 #: Variables that configure no command: test hooks, what the runner sets for its workers,
-#: the example claim worker's, and the scripts' and tests' own.
+#: the example claimer's, and the scripts' and tests' own.
 NOT_CONFIGURATION: Mapping[str, str] = MappingProxyType(
     {
         "AGENTS_RUNNER_CRASH_AT": "test hook (runner/faults.py): the process dies at a named point",

@@ -1,6 +1,6 @@
 """`agents-runner serve`'s HTTP API (agents-exe's server): app.py builds the ASGI app,
 routes.py holds the endpoints (events.py the Server-Sent Events, claims.py the claims
-for external workers), auth.py the bearer tokens and roles, problems.py the
+for claimers), auth.py the bearer tokens and roles, problems.py the
 application/problem+json errors and the body cap."""
 
 from runner.server.app import create_app

@@ -1,8 +1,8 @@
-"""Claims for external workers in any language (docs/claims.md): `POST /v1/claims` leases
+"""Claims for claimers in any language (docs/claims.md): `POST /v1/claims` leases
 deferred calls of the tools asked for, each under a claim token that fences; a
 heartbeat extends the lease; complete and fail give the result through the same path as
 `POST /v1/continuations/{token}` (and its answers), after the claim is marked done. A
-claim re-claimed by another worker is refused with 409 and changes nothing.
+claim re-claimed by another claimer is refused with 409 and changes nothing.
 
 Lapsed claims are swept (runner.session.claims) at each claim request, every
 SWEEP_EVERY_S of a long poll, and periodically by `agents-runner serve`. Long polls
@@ -138,13 +138,13 @@ async def fail(claim: str, body: Failure, config: Config, who: Caller) -> JSONRe
 async def finish(config: Config, who: Grant | None, token: str, result: ToolResult,
                  resume: bool) -> JSONResponse:  # fmt: skip
     """Mark the claim done (409 and nothing changed for a superseded token), then apply
-    the result. Done matches again, so a worker whose apply failed (503) may retry."""
+    the result. Done matches again, so a claimer whose apply failed (503) may retry."""
     done = await store_call(config.store.finish_claim, token)
     return await complete_by_token(config, who, done.continuation, result, resume)
 
 
 def authorize(who: Grant | None, tools: list[str]) -> None:
-    """Operators claim anything; a worker only the tools it is granted; viewers nothing."""
+    """Operators claim anything; a claimer only the tools it is granted; viewers nothing."""
     require(who, "operator", "claimer")
     refused = [t for t in tools if who is not None and not who.may_use(t)]
     if refused and who is not None:

@@ -7,7 +7,7 @@ it missed. Without either, a session's stream starts at the session's first even
 `/v1/events` at the newest; a comment opens each stream once it is subscribed, and
 FastAPI's keep-alive comment follows every 15 s of silence.
 
-Who sees what: an operator or viewer every event; a worker only `call.*` events of the
+Who sees what: an operator or viewer every event; a claimer only `call.*` events of the
 tools it is granted.
 
 Fan-out: one EventHub per app (this router's lifespan runs it). Its tailer follows the
@@ -211,7 +211,7 @@ router = APIRouter(lifespan=lifespan)
 
 
 def visible_to(who: Grant | None) -> Wants:
-    """Operators and viewers see every event, a worker its tools' call events (the
+    """Operators and viewers see every event, a claimer its tools' call events (the
     caller's View decides: runner.server.visibility)."""
     return view_of(who).sees_event
 
@@ -329,7 +329,7 @@ async def session_events(
     session: KnownSession, who: Watcher, hub: Hub, after: After
 ) -> AsyncIterator[ServerSentEvent]:
     """One session's events as Server-Sent Events, from its first (or after
-    `Last-Event-ID` / `after`). A worker sees only its tools' call events."""
+    `Last-Event-ID` / `after`). A claimer sees only its tools' call events."""
     visible = visible_to(who)
     wants: Wants = lambda event: event.session_id == session and visible(event)  # noqa: E731
     async for item in stream(hub, after or 0, wants, view_of(who), session):
@@ -339,6 +339,6 @@ async def session_events(
 @router.get("/v1/events", response_class=EventSourceResponse, responses=stream_responses())
 async def all_events(who: Watcher, hub: Hub, after: After) -> AsyncIterator[ServerSentEvent]:
     """Every session's events the caller may see as Server-Sent Events, from now (or
-    after `Last-Event-ID` / `after`). A worker sees only its tools' call events."""
+    after `Last-Event-ID` / `after`). A claimer sees only its tools' call events."""
     async for item in stream(hub, after, visible_to(who), view_of(who)):
         yield item

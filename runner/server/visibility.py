@@ -3,7 +3,7 @@ answer about a session and every Server-Sent Event goes through.
 
 - operator (and `--no-auth`): everything, secrets aside.
 - viewer: everything an operator reads, secrets aside.
-- worker: the calls of the tools it is granted, nothing else: no other call's
+- claimer: the calls of the tools it is granted, nothing else: no other call's
   arguments, token or result, no final answer, no conversation, no session event.
 
 Secrets (the values of a spec's `env`) are never shown to anyone: they are not stored
@@ -22,7 +22,7 @@ from runner.session.secrets import redact
 from runner.stores import Event
 
 J = TypeVar("J")
-#: What a worker keeps of a step report (beside its own calls).
+#: What a claimer keeps of a step report (beside its own calls).
 _CLAIMER_REPORT_FIELDS = ("status", "session_id", "action")
 
 
@@ -39,7 +39,7 @@ class View:
         return not self.claimer or (self.grant is not None and self.grant.may_use(str(tool)))
 
     def sees_event(self, event: Event) -> bool:
-        """Operators and viewers: every event; a worker: its tools' call events."""
+        """Operators and viewers: every event; a claimer: its tools' call events."""
         if not self.claimer:
             return True
         return event.kind.startswith("call.") and self.sees_call(event.data.get("tool"))
@@ -65,8 +65,8 @@ class View:
         return [self.body(e) for e in entries if self.sees_call(e.get("tool"))]
 
     def document(self, document: dict[str, Any]) -> dict[str, Any]:
-        """A session document (GET /v1/sessions/{id}). Workers are refused it before it
-        is read; should one reach here it holds only the worker's calls."""
+        """A session document (GET /v1/sessions/{id}). Claimers are refused it before it
+        is read; should one reach here it holds only the claimer's calls."""
         if self.claimer:
             calls = document.get("calls", {})
             return self.body({"id": document.get("id"), "status": document.get("status"),

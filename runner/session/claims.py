@@ -1,4 +1,4 @@
-"""Claims that lapse: what becomes of a deferred call whose external worker stopped
+"""Claims that lapse: what becomes of a deferred call whose claimer stopped
 renewing its claim (DurableStore.claim_calls hands calls out; runner.server.claims is
 the HTTP side).
 
@@ -6,7 +6,7 @@ The sweep decides each lapsed claim. A call whose tool has external effects (its
 ToolSpec in the session's stored agent says `effects: external`, or the agent does not
 declare the tool at all) may have done its work already: it gets an UNKNOWN_OUTCOME
 result through the engine's `complete_calls`, which moves it to unknown_outcome for an operator (or
-the worker's late result) to settle, and the claim is marked `lapsed`. Any other call is
+the claimer's late result) to settle, and the claim is marked `lapsed`. Any other call is
 claimable again: its claim is marked `released`.
 
 The claim is marked before the call moves, so a heartbeat racing the sweep is told the

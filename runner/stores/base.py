@@ -13,7 +13,7 @@ A store is made of small parts, each an interface here:
   (every write that changes a call's state or a session's status appends its events,
   runner.state.events, in the same transaction, numbered in commit order, which the
   server streams), EffectLedger (every isolated call recorded before and after it runs;
-  late results), CallClaims (deferred calls leased to external workers under tokens
+  late results), CallClaims (deferred calls leased to claimers under tokens
   that fence, ClaimLost), ToolCache, AuditLog.
 - LeasedSessions: a session's lease taken with its load (by id or continuation token),
   and its last save with the lease's release, each one round trip where a backend's
@@ -148,7 +148,7 @@ ClaimState = Literal["held", "released", "lapsed", "done"]
 
 @dataclass(frozen=True)
 class Claim:
-    """A deferred call handed to an external worker until `expires_ms` (store time).
+    """A deferred call handed to a claimer until `expires_ms` (store time).
 
     `token` fences: a re-claim writes a new one, so an old holder's matches nothing.
     state: held; released (it lapsed and the call is claimable again); lapsed (it lapsed
@@ -171,11 +171,11 @@ class Claim:
 class ClaimLost(StoreError):
     """A claim token that no longer holds its call. `state` is the claim's (lapsed: the
     call went to unknown_outcome; done: its result was given), or None when no claim has
-    this token (another worker re-claimed the call, or it was never issued)."""
+    this token (another claimer re-claimed the call, or it was never issued)."""
 
     def __init__(self, token: str, state: ClaimState | None = None) -> None:
         why = {
-            None: "no claim has this token: the call was claimed again by another worker"
+            None: "no claim has this token: the call was claimed again by another claimer"
             " (or the token was never issued)",
             "lapsed": "its lease lapsed and the call went to unknown_outcome (its tool has"
             " external effects)",
@@ -370,7 +370,7 @@ class EffectLedger(ABC):
 
 
 class CallClaims(ABC):
-    """Deferred-call claims: deferred calls handed to external workers under a lease of
+    """Deferred-call claims: deferred calls handed to claimers under a lease of
     their own (runner.session.claims sweeps the lapsed ones; runner.server.claims is the
     HTTP side). All in store time. Not to be confused with a due-session offer
     (Leases.due_sessions), which hands a worker nothing but a hint."""

@@ -40,7 +40,7 @@ EXEMPT: dict[tuple[str, str, int], str] = {
     ("docs/sessions.md", "# Durable sessions", 0): "placeholders (SESSION_ID, TOKEN) a reader"
     " fills in; the same commands run as written in docs/agents-exe.md's walkthrough",
     ("docs/claims.md", "## Claiming: `POST /v1/claims`", 0): "a curl fragment against a"
-    " running server and a worker token; tests/server/test_claims.py drives the same API",
+    " running server and a claimer token; tests/server/test_claims.py drives the same API",
     ("docs/claims.md", "## Heartbeat: `POST /v1/claims/{claim}/heartbeat`", 0): "as the"
     " claiming fragment ($CLAIM comes from a claim)",
     (
@@ -48,7 +48,7 @@ EXEMPT: dict[tuple[str, str, int], str] = {
         "## Complete and fail: `POST /v1/claims/{claim}/complete`, `/fail`",
         0,
     ): "as the claiming fragment",
-    ("docs/claims.md", "## The bash worker", 0): "starts examples/workers/claim-worker.sh"
+    ("docs/claims.md", "## A claimer in bash", 0): "starts examples/workers/claim-worker.sh"
     " against a server; tests/server/test_bash_worker.py runs that script",
     ("docs/envelope-v1.md", "## 9. Conformance: `agents-runner worker-check`", 0): "the"
     " battery on the example workers: tests/conformance/test_examples.py runs it on each",

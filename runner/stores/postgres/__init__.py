@@ -25,7 +25,7 @@ database from a newer program). What differs is how it shares one database:
 - The event log numbered in commit order: `seq` comes from one counter row that each
   event-writing transaction updates last (so they commit in turn), and a NOTIFY on
   `agents_runner_events` notifies `wait_for_events` (events.py says why it is exact).
-- Deferred-call claims for external workers (call_claims.py): one statement picks
+- Deferred-call claims for claimers (call_claims.py): one statement picks
   deferred calls `FOR UPDATE SKIP LOCKED` and upserts their claims, replacing only a
   released one, so concurrent claimers neither wait for each other nor take one call
   twice.

@@ -1,5 +1,5 @@
-"""Deferred-call claims, the half both engines share: a deferred call handed to an
-external worker until `expires_ms` (store time), one `claims` row per call, whose token
+"""Deferred-call claims, the half both engines share: a deferred call handed to a
+claimer until `expires_ms` (store time), one `claims` row per call, whose token
 fences (a re-claim writes a new one). Every change here is one statement guarded by the
 token, so it is idempotent; picking claimable calls (`claim_calls`) differs, as SQLite
 has one writer and PostgreSQL skips what concurrent claimers lock (each engine's

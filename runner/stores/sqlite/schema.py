@@ -133,7 +133,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX events_by_session ON events (session_id, seq);
     """,
-    # 6: claims: a deferred call handed to an external worker until `expires_ms`. One row
+    # 6: claims: a deferred call handed to a claimer until `expires_ms`. One row
     # per call; a re-claim writes a new `token`, so the old holder's token matches nothing.
     # state: held, released (lapsed, claimable again), lapsed (lapsed with external
     # effects: the call went to unknown_outcome), done (its result was given). `lease_ms`
