@@ -31,7 +31,7 @@ from runner.server import Grant, close_streams, create_app
 from runner.server.inline import InlineRules
 from runner.server.limits import Limits
 from runner.server.protocol import head_timeout_protocol
-from runner.session import SessionWorkerOptions, Worker
+from runner.session import Engine, SessionWorkerOptions, Worker
 from runner.session.claims import keep_sweeping_claims
 from runner.stores import DurableStore
 
@@ -97,12 +97,24 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
                concurrency: int, poll_s: float, pool_size: int | None,
                pool_idle_s: float | None, runtime: str | None = None,
                keys: ApiKeys | None = None) -> None:  # fmt: skip
-    # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
+    # One Engine behind the app and its session worker: a call a request runs (`run`,
+    # `wait`) comes from the same warm pool, under the same `--runtime`, as one the
+    # worker runs, and publishes its live output where the app's streams listen.
+    async with open_engine(store, pool_size, pool_idle_s, runtime) as engine:
+        await _serve(engine, store, listening, agents, grants, inline, limits, concurrency,
+                     poll_s, pool_size, keys)  # fmt: skip
+
+
+async def _serve(engine: Engine, store: DurableStore, listening: Listening,
+                 agents: Path | None, grants: list[Grant] | None, inline: InlineRules,
+                 limits: Limits, concurrency: int, poll_s: float, pool_size: int | None,
+                 keys: ApiKeys | None) -> None:  # fmt: skip
     settings = replace(current(ServeSettings).agent_settings(),  # AGENTS_RUNNER_LEASE_SECONDS...
                        api_keys=keys)  # fmt: skip
+    # With a warm pool the server takes Docker-isolated calls: not ready without Docker.
     app = create_app(store, agents, grants, docker_check=check_engine if pool_size else None,
                      hosts=listening.hosts, inline=inline, limits=limits,
-                     agents=settings)  # fmt: skip
+                     agents=settings, engine=engine)  # fmt: skip
     config = uvicorn.Config(
         app, log_level="warning", access_log=listening.access_log,
         http=head_timeout_protocol(listening.header_timeout_s),
@@ -138,16 +150,10 @@ async def run_server(store: DurableStore, listening: Listening, agents: Path | N
         group.start_soon(on_signals)
         group.start_soon(http)
         group.start_soon(keep_sweeping_claims, store, settings)  # lapsed claims
-        # The worker's calls publish their live output where the app's event streams listen.
-        # It knows the agent files and posted agents the app was given (their env values).
-        output, keyring = app.state.settings.engine.call_output, app.state.settings.engine.keyring
-        async with open_engine(
-            store, pool_size, pool_idle_s, runtime, call_output=output, keyring=keyring
-        ) as engine:
-            session_worker = Worker(engine, SessionWorkerOptions(concurrency, poll_s), log=log)
-            async with session_worker:
-                group.start_soon(shutdown_when, stopping, session_worker)
-                await session_worker.run()
+        session_worker = Worker(engine, SessionWorkerOptions(concurrency, poll_s), log=log)
+        async with session_worker:
+            group.start_soon(shutdown_when, stopping, session_worker)
+            await session_worker.run()
         # uvicorn finishes its own shutdown (open requests, the app's lifespan): cancelling
         # it part way would end the lifespan with a traceback.
         server.should_exit = True

@@ -145,8 +145,8 @@ async def open_engine(
     Docker-isolated calls come from a warm pool (`pool_size`; None: each docker spec's
     `pool`; 0: none; see runner/cli/pooling.py), closed on exit, and run under `runtime`
     when one is forced (`--runtime`; None: each docker spec's). The calls' live output
-    goes to `call_output` (`serve`'s app listens to it); the definitions with secret
-    values it knows are `keyring`'s (`serve` shares its app's)."""
+    goes to `call_output` (the engine's own bus when None: `serve`'s app, built over this
+    engine, listens to it); the definitions with secret values it knows are `keyring`'s."""
     # Workers and containers a crashed predecessor left behind (in a thread: /proc, Docker).
     await anyio.to_thread.run_sync(sweep_orphans)
     async with runner_factory(pool_size, pool_idle_s, runtime) as pooled:
