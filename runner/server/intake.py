@@ -48,13 +48,48 @@ def as_attachments(media: list[MediaBody]) -> list[AttachmentBody]:
                            mime_type=m.mime) for i, m in enumerate(media)]  # fmt: skip
 
 
+class AgentFiles:
+    """The agent files of --agents DIR as the loader read them, each kept while it is
+    unchanged (its mtime and size): a create by name or slug reads a file, and asks its
+    bash toolboxes' scripts to `describe` themselves on the host, once rather than on
+    every request (an unknown slug would otherwise load the whole directory each time).
+    At most `limit` files are kept; the oldest read goes first."""
+
+    def __init__(self, keys: ApiKeys | None = None, limit: int = 256) -> None:
+        self.keys, self.limit = keys, limit
+        self._kept: dict[Path, tuple[tuple[int, int], Agent | AgentError]] = {}
+
+    def load(self, path: Path) -> Agent:
+        """`load_agent(path, keys)`, from the last read while the file is unchanged."""
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise AgentError(f"cannot read agent file {path}: {exc.strerror}") from None
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        kept = self._kept.get(path)
+        if kept is None or kept[0] != stamp:
+            try:
+                read: Agent | AgentError = load_agent(path, self.keys)
+            except AgentError as exc:
+                read = exc
+            self._kept.pop(path, None)
+            while len(self._kept) >= self.limit:
+                self._kept.pop(next(iter(self._kept)))
+            kept = self._kept[path] = (stamp, read)
+        if isinstance(kept[1], AgentError):
+            raise kept[1]
+        return kept[1]
+
+
 def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | None,
-             inline: InlineRules | None = None, keys: ApiKeys | None = None) -> Agent:  # fmt: skip
+             inline: InlineRules | None = None,
+             files: AgentFiles | None = None) -> Agent:  # fmt: skip
     """The agent a new session runs (blocking: it may read files): an inline definition,
     a file name in `agents_dir`, or the slug of an agent one of its files holds (as
     agents-server names its agents: {"agent": "weather"})."""
     if isinstance(agent, dict):
         return _inline(agent, who, inline or InlineRules())
+    files = files or AgentFiles()
     if agents_dir is None:
         raise Problem(422, "no_agents", "body.agent: the server has no --agents DIR to take"
                       " agent files from")  # fmt: skip
@@ -62,33 +97,33 @@ def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | 
     named = bool(agent) and "/" not in agent and "\\" not in agent and not agent.startswith(".")
     if named and path.is_file():
         try:
-            return load_agent(path, keys)
+            return files.load(path)
         except AgentError as exc:  # the operator's file, not the caller's mistake, but named
             raise Problem(422, "invalid_agent", f"body.agent: {exc}") from exc
-    found = by_slug(agents_dir, agent, keys) if named else None
+    found = by_slug(agents_dir, agent, files) if named else None
     if found is None:
         raise Problem(404, "unknown_agent", f"body.agent: no agent {agent[:120]!r}: neither"
                       " a file in the server's agents directory nor the slug of one")  # fmt: skip
     return found
 
 
-def agents_in(agents_dir: Path, keys: ApiKeys | None = None) -> dict[str, list[tuple[Path, Agent]]]:
+def agents_in(agents_dir: Path, files: AgentFiles) -> dict[str, list[tuple[Path, Agent]]]:
     """Every agent file (`*.json`) of the directory by its agent's slug, as the loader
     reads it (files that are not agents are passed over, as at startup)."""
     found: dict[str, list[tuple[Path, Agent]]] = {}
     for path in sorted(agents_dir.glob("*.json")):
         try:
-            agent = load_agent(path, keys)
+            agent = files.load(path)
         except AgentError:
             continue
         found.setdefault(agent.slug, []).append((path, agent))
     return found
 
 
-def by_slug(agents_dir: Path, slug: str, keys: ApiKeys | None = None) -> Agent | None:
+def by_slug(agents_dir: Path, slug: str, files: AgentFiles) -> Agent | None:
     """The agent whose slug is `slug`; a slug several files share is refused (409),
     naming them: agents-server's slugs are unique, ours are unique or named by file."""
-    entries = agents_in(agents_dir, keys).get(slug, [])
+    entries = agents_in(agents_dir, files).get(slug, [])
     if len(entries) > 1:
         names = ", ".join(path.name for path, _ in entries)
         raise Problem(409, "ambiguous_agent", f"body.agent: {slug[:120]!r} is the slug of"

@@ -66,6 +66,11 @@ class Settings:
     agents: AgentSettings = field(default_factory=AgentSettings)
     #: The runs this process started (agents-server's `wait`, its `running` status).
     runs: contract.Runs = field(default_factory=contract.Runs)
+    #: The agent files of `agents_dir` as read, with `agents.api_keys` (intake.AgentFiles).
+    agent_files: intake.AgentFiles = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agent_files", intake.AgentFiles(self.agents.api_keys))
 
 
 class CreateSession(BaseModel):
@@ -227,11 +232,11 @@ async def create_session(
     with the session, its pending calls and a `Location` header; with `wait=true`, once
     the run stops (or `timeout` passes: then `status` is `running`)."""
     require(who, "operator")
-    keys = config.agents.api_keys
     mode = contract.run_mode(body.run)
     limit = contract.wait_timeout(timeout)
     definition = await anyio.to_thread.run_sync(intake.agent_of, body.agent, config.agents_dir,
-                                                who, config.inline, keys)  # fmt: skip
+                                                who, config.inline,
+                                                config.agent_files)  # fmt: skip
     attachments = intake.attachments_of([*body.attachments, *intake.as_attachments(body.media)])
     engine = config.engine
     with engine_errors():
