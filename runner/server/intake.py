@@ -48,6 +48,11 @@ def as_attachments(media: list[MediaBody]) -> list[AttachmentBody]:
                            mime_type=m.mime) for i, m in enumerate(media)]  # fmt: skip
 
 
+#: The longest agent file name or slug looked up (a file system's name limit): a longer
+#: one is no agent, not an error of the file system's (ENAMETOOLONG).
+MAX_NAME = 255
+
+
 class AgentFiles:
     """The agent files of --agents DIR as the loader read them, each kept while it is
     unchanged (its mtime and size): a create by name or slug reads a file, and asks its
@@ -94,7 +99,8 @@ def agent_of(agent: str | dict[str, Any], agents_dir: Path | None, who: Grant | 
         raise Problem(422, "no_agents", "body.agent: the server has no --agents DIR to take"
                       " agent files from")  # fmt: skip
     path = agents_dir / agent
-    named = bool(agent) and "/" not in agent and "\\" not in agent and not agent.startswith(".")
+    named = (0 < len(agent) <= MAX_NAME and "/" not in agent and "\\" not in agent
+             and "\x00" not in agent and not agent.startswith("."))  # fmt: skip
     if named and path.is_file():
         try:
             return files.load(path)

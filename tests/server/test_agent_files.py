@@ -66,3 +66,12 @@ def test_a_file_that_does_not_load_is_refused_each_time_and_kept_bounded(tmp_pat
         assert refused.value.status == 422 and "not valid JSON" in refused.value.detail
     agent_of("counter.json", agents, None, files=files)
     assert len(files._kept) == 1  # the bound is the point of the test
+
+
+@pytest.mark.parametrize("name", ["x" * 5000, "a\x00b", "../counter.json", ".counter.json", ""])
+def test_a_name_that_cannot_be_a_file_here_is_no_agent(tmp_path: Path, name: str) -> None:
+    """Never the file system's error (a 5000-character name was ENAMETOOLONG: a 500)."""
+    agents, _ = agents_dir(tmp_path)
+    with pytest.raises(Problem) as unknown:
+        agent_of(name, agents, None, files=AgentFiles())
+    assert unknown.value.status == 404 and unknown.value.kind == "unknown_agent"
